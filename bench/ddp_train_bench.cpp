@@ -1,0 +1,427 @@
+// ddp_train_bench: how long one data-parallel training step takes, launched like step 2
+// (torchrun / mpirun / srun). Rank 0 prints an nccl-tests-like table; bench/python_ddp.py prints
+// the same table for torch.nn.parallel.DistributedDataParallel, and bench/compare runs both.
+//
+//   torchrun --standalone --nproc_per_node=2 --no-python build/bin/ddp_train_bench --workload cnn
+//
+// Workloads (per rank):
+//   synthetic  Linear(20,1) on 2048x20 samples, batch 32, SGD lr 1e-2, MSE (overhead-bound)
+//   cnn        ddp::MnistCnn, batch 64, ddp::Adadelta lr 1.0, NLL, random [N,1,28,28] images
+//              (or --dataset fashion-mnist)
+//   mlp        10 x (Linear(1024,1024)+ReLU) + Linear(1024,10) = 10.5 M parameters, batch 32,
+//              SGD lr 1e-2, cross-entropy: enough gradient to show what overlapping buys
+// --mode overlapped: ddp::DistributedDataParallel (bucketed allreduce during backward).
+// --mode naive: no hooks; after backward, allreduce every gradient (launch all, wait all, divide
+//   by the world size), as pytorch/examples' cpp/distributed does.
+// --allreduce-bytes N: instead of training, the allreduce bus bandwidth of an N-byte buffer next
+//   to rank 0's memcpy bandwidth.
+// A timed step = cut the batch, zero_grad, forward, loss, backward, (naive: allreduce), optimizer
+// step. Each step's time is the slowest rank's; the table shows the median. The final OK/FAILED
+// line checks that all ranks ended with identical parameters and a finite loss (exit code 1 if not).
+#include <torch/torch.h>  // defines: tensors, nn, optim
+
+#include <CLI/CLI.hpp>  // defines: the command line
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ddp/adadelta.h"                  // defines: Adadelta (the CNN's optimizer)
+#include "ddp/data.h"                      // defines: Dataset, DistributedSampler, Loader
+#include "ddp/device.h"                    // defines: choose_device, device_name
+#include "ddp/distributed_data_parallel.h" // defines: DistributedDataParallel (overlapped mode)
+#include "ddp/error.h"                     // defines: Error, run_main, exit codes
+#include "ddp/idx.h"                       // defines: load_idx_dataset (Fashion-MNIST)
+#include "ddp/launch_env.h"                // defines: resolve_launch_env (torchrun, mpirun, srun)
+#include "ddp/models.h"                    // defines: Model, LinearRegressor, MnistCnn
+#include "ddp/process_group.h"             // defines: ProcessGroup (Gloo / NCCL)
+#include "ddp/run_report.h"                // defines: host_name
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct BenchOptions {
+  std::string workload = "synthetic";  // synthetic | cnn | mlp
+  std::string mode = "overlapped";     // overlapped | naive
+  std::string dataset = "random";      // cnn: random | fashion-mnist
+  std::string data_dir = "/usr/share/datasets/fashion-mnist";
+  int64_t samples = 4096;  // random cnn/mlp samples held in memory
+  int batch_size = 0;      // per rank; 0: the workload's default
+  int threads = 1;
+  int warmup = 10;
+  int steps = 100;
+  double bucket_mb = 25;
+  std::string device = "auto";
+  std::string backend = "auto";
+  uint64_t seed = 0;
+  double timeout_s = 300;
+  bool no_header = false;
+  int64_t allreduce_bytes = 0;  // > 0: measure bandwidth instead of training
+};
+
+BenchOptions parse(int argc, char** argv) {
+  BenchOptions o;
+  CLI::App app{"Time a data-parallel training step (C++ DDP); launch with torchrun, mpirun or srun",
+               "ddp_train_bench"};
+  app.option_defaults()->always_capture_default();
+  app.add_option("--workload", o.workload, "synthetic, cnn or mlp (see the source's header)")
+      ->check(CLI::IsMember({"synthetic", "cnn", "mlp"}));
+  app.add_option("--mode", o.mode, "overlapped (our DistributedDataParallel) or naive (allreduce after backward)")
+      ->check(CLI::IsMember({"overlapped", "naive"}));
+  app.add_option("--dataset", o.dataset, "cnn only: random images or the Fashion-MNIST training set")
+      ->check(CLI::IsMember({"random", "fashion-mnist"}));
+  app.add_option("--data-dir", o.data_dir, "Folder with the Fashion-MNIST IDX files");
+  app.add_option("--samples", o.samples, "Random cnn/mlp samples in memory")->check(CLI::Range(1, 1 << 24));
+  app.add_option("--batch-size", o.batch_size, "Samples per step per rank (0: the workload's default)")
+      ->check(CLI::Range(0, 1 << 20));
+  app.add_option("--threads", o.threads, "Intra-op threads per rank (torch::set_num_threads)")
+      ->check(CLI::Range(1, 1024));
+  app.add_option("--warmup", o.warmup, "Untimed steps first")->check(CLI::Range(0, 1 << 24));
+  app.add_option("--steps", o.steps, "Timed steps")->check(CLI::Range(1, 1 << 24));
+  app.add_option("--bucket-mb", o.bucket_mb, "Gradient bucket size in MiB (overlapped mode)")
+      ->check(CLI::Range(0.001, 4096.0));
+  app.add_option("--device", o.device, "auto, cpu, cuda or cuda:N");
+  app.add_option("--backend", o.backend, "auto, gloo or nccl")->check(CLI::IsMember({"auto", "gloo", "nccl"}));
+  app.add_option("--seed", o.seed, "Seed for data and weights");
+  app.add_option("--timeout", o.timeout_s, "Seconds before a rendezvous or collective is declared hung")
+      ->check(CLI::Range(0.1, 86400.0));
+  app.add_flag("--no-header", o.no_header, "Print only the result row (bench/compare joins runs)");
+  app.add_option("--allreduce-bytes", o.allreduce_bytes,
+                 "Measure allreduce bus bandwidth of a buffer this size (and memcpy) instead of training")
+      ->check(CLI::Range(int64_t{4}, int64_t{1} << 34));
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    std::exit(app.exit(e));
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "ddp_train_bench: error: %s (fix: see ddp_train_bench --help)\n", e.what());
+    std::exit(ddp::kExitUsage);
+  }
+  if (o.dataset != "random" && o.workload != "cnn") {
+    std::fprintf(stderr, "ddp_train_bench: error: --dataset %s needs --workload cnn (fix: drop --dataset)\n",
+                 o.dataset.c_str());
+    std::exit(ddp::kExitUsage);
+  }
+  if (o.batch_size == 0) o.batch_size = o.workload == "cnn" ? 64 : 32;
+  return o;
+}
+
+// 10 x (Linear(1024,1024) + ReLU) + Linear(1024,10): 10.5 M parameters, 42 MB of gradients.
+class Mlp : public ddp::Model {
+ public:
+  Mlp(int64_t width = 1024, int hidden_layers = 10, int64_t classes = 10) {
+    for (int i = 0; i < hidden_layers; ++i) {
+      layers_->push_back(torch::nn::Linear(width, width));
+      layers_->push_back(torch::nn::ReLU());
+    }
+    layers_->push_back(torch::nn::Linear(width, classes));
+    register_module("layers", layers_);
+  }
+  torch::Tensor forward(const torch::Tensor& x) override { return layers_->forward(x); }
+
+ private:
+  torch::nn::Sequential layers_;
+};
+
+using Loss = std::function<torch::Tensor(const torch::Tensor&, const torch::Tensor&)>;
+
+struct Workload {
+  ddp::Dataset data;
+  std::shared_ptr<ddp::Model> model;
+  std::unique_ptr<torch::optim::Optimizer> optimizer;
+  Loss loss;
+};
+
+Workload make_workload(const BenchOptions& o, const torch::Device& device) {
+  Workload w;
+  torch::manual_seed(static_cast<int64_t>(o.seed));
+  if (o.workload == "synthetic") {
+    w.data = ddp::make_synthetic_dataset(2048, 20, o.seed);
+    w.model = std::make_shared<ddp::LinearRegressor>(20);
+    w.loss = [](const torch::Tensor& out, const torch::Tensor& y) { return torch::mse_loss(out, y); };
+  } else if (o.workload == "cnn") {
+    if (o.dataset == "fashion-mnist") {
+      w.data = ddp::load_idx_dataset(o.data_dir, ddp::Split::kTrain, 0.2860, 0.3530);
+    } else {
+      w.data.inputs = torch::rand({o.samples, 1, 28, 28});
+      w.data.targets = torch::randint(0, 10, {o.samples}, torch::kLong);
+    }
+    w.model = std::make_shared<ddp::MnistCnn>();
+    w.loss = [](const torch::Tensor& out, const torch::Tensor& y) { return torch::nll_loss(out, y); };
+  } else {
+    w.data.inputs = torch::rand({o.samples, 1024});
+    w.data.targets = torch::randint(0, 10, {o.samples}, torch::kLong);
+    w.model = std::make_shared<Mlp>();
+    w.loss = [](const torch::Tensor& out, const torch::Tensor& y) { return torch::cross_entropy_loss(out, y); };
+  }
+  w.model->to(device);
+  if (o.workload == "cnn")
+    w.optimizer = std::make_unique<ddp::Adadelta>(w.model->parameters(), 1.0);
+  else
+    w.optimizer = std::make_unique<torch::optim::SGD>(w.model->parameters(), torch::optim::SGDOptions(1e-2));
+  return w;
+}
+
+// The approach of pytorch/examples cpp/distributed: every gradient allreduced after backward.
+class NaiveAllreduce {
+ public:
+  NaiveAllreduce(ddp::Model& model, ddp::ProcessGroup& pg) : params_(model.parameters()), pg_(pg) {
+    torch::NoGradGuard no_grad;  // in-place writes into leaves that require grad
+    for (auto& p : params_) {  // one at a time: Gloo's list form means one tensor per device
+      std::vector<torch::Tensor> one{p};
+      pg_.broadcast(one, 0, "initial parameters");
+    }
+  }
+  void average_gradients() {
+    std::vector<c10::intrusive_ptr<c10d::Work>> works;
+    std::vector<std::vector<torch::Tensor>> grads(params_.size());
+    for (size_t i = 0; i < params_.size(); ++i) {
+      grads[i] = {params_[i].grad()};
+      works.push_back(pg_.allreduce_sum_async(grads[i]));
+    }
+    for (auto& work : works) pg_.wait(work, "gradient allreduce");
+    torch::NoGradGuard no_grad;
+    for (auto& p : params_) p.grad().div_(pg_.size());
+  }
+  size_t allreduces_per_step() const { return params_.size(); }
+
+ private:
+  std::vector<torch::Tensor> params_;
+  ddp::ProcessGroup& pg_;
+};
+
+std::string cpu_model() {
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("model name", 0) == 0) {
+      auto pos = line.find(':');
+      return pos == std::string::npos ? line : line.substr(pos + 2);
+    }
+  return "unknown";
+}
+
+std::string now_iso() {
+  char buf[64];
+  std::time_t t = std::time(nullptr);
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S%z", std::localtime(&t));
+  return buf;
+}
+
+void print_metadata(const BenchOptions& o, const ddp::LaunchEnv& launch, ddp::ProcessGroup& pg,
+                    const torch::Device& device) {
+  std::printf("# ddp_train_bench: LibTorch %s, g++ %s, C++ ddp::DistributedDataParallel\n", DDPW_TORCH_VERSION,
+              __VERSION__);
+  std::printf("# world size %d (%s), backend %s, device %s, threads %d per rank (torch::set_num_threads)\n",
+              pg.size(), launch.launcher.c_str(), pg.backend_name().c_str(), ddp::device_name(device).c_str(),
+              o.threads);
+  std::printf("# machine: %s, %u cores, host %s\n", cpu_model().c_str(), std::thread::hardware_concurrency(),
+              ddp::host_name().c_str());
+  std::printf("# date: %s\n", now_iso().c_str());
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// Each element becomes the maximum over all ranks (the slowest rank sets a step's time).
+void allreduce_max(ddp::ProcessGroup& pg, std::vector<double>& values, const torch::Device& device) {
+  auto t = torch::tensor(values, torch::kFloat64).to(device);
+  std::vector<torch::Tensor> tensors{t};
+  c10d::AllreduceOptions opts;
+  opts.reduceOp = c10d::ReduceOp::MAX;
+  pg.wait(pg.backend().allreduce(tensors, opts), "allreduce of the step times");
+  auto cpu = t.cpu();
+  std::memcpy(values.data(), cpu.data_ptr<double>(), values.size() * sizeof(double));
+}
+
+void sync_device(const torch::Device& device) {
+  if (device.is_cuda()) torch::cuda::synchronize(device.index());
+}
+
+int train_bench(const BenchOptions& o, const ddp::LaunchEnv& launch, ddp::ProcessGroup& pg,
+                const torch::Device& device) {
+  const int rank = pg.rank(), world = pg.size();
+  Workload w = make_workload(o, device);
+  int64_t params = 0;
+  for (const auto& p : w.model->parameters()) params += p.numel();
+
+  std::unique_ptr<ddp::DistributedDataParallel<ddp::Model>> ddp_model;
+  std::unique_ptr<NaiveAllreduce> naive;
+  // shared_ptr that does not own: the pg outlives both, DistributedDataParallel wants shared.
+  std::shared_ptr<ddp::ProcessGroup> pg_ref(&pg, [](ddp::ProcessGroup*) {});
+  if (o.mode == "overlapped") {
+    ddp::DdpOptions options;
+    options.bucket_mb = o.bucket_mb;
+    ddp_model = std::make_unique<ddp::DistributedDataParallel<ddp::Model>>(w.model, pg_ref, options);
+  } else {
+    naive = std::make_unique<NaiveAllreduce>(*w.model, pg);
+  }
+  ddp::Model& model = *w.model;
+
+  ddp::DistributedSampler sampler(w.data.size(), world, rank, o.seed);
+  ddp::Loader loader(w.data, sampler, o.batch_size, device);
+  const int64_t steps_per_epoch = loader.steps();
+  DDP_CHECK(steps_per_epoch > 0, "the dataset has no batch for this rank", "use more --samples or fewer ranks");
+
+  model.train();
+  std::vector<double> times;
+  times.reserve(o.steps);
+  double last_loss = NAN;
+  for (int64_t step = 0; step < o.warmup + o.steps; ++step) {
+    const auto t0 = Clock::now();
+    const int64_t epoch = step / steps_per_epoch;
+    if (epoch != sampler.epoch()) sampler.set_epoch(epoch);
+    ddp::Batch batch = loader.batch(step % steps_per_epoch);
+    w.optimizer->zero_grad();
+    torch::Tensor loss = w.loss(model.forward(batch.input), batch.target);
+    loss.backward();  // overlapped: DDP's hooks allreduce the buckets during this call
+    if (naive) naive->average_gradients();
+    w.optimizer->step();
+    sync_device(device);
+    const auto t1 = Clock::now();
+    if (step >= o.warmup) {
+      times.push_back(std::chrono::duration<double>(t1 - t0).count());
+      if (step == o.warmup + o.steps - 1) last_loss = loss.item<double>();
+    }
+  }
+  allreduce_max(pg, times, device);
+
+  // Correctness: data parallelism keeps every rank's parameters identical.
+  double sum = 0, sum_sq = 0;
+  {
+    torch::NoGradGuard no_grad;
+    for (const auto& p : model.parameters()) {
+      auto d = p.detach().to(torch::kCPU, torch::kFloat64);
+      sum += d.sum().item<double>();
+      sum_sq += (d * d).sum().item<double>();
+    }
+  }
+  char mine[64];
+  std::snprintf(mine, sizeof mine, "%a %a", sum, sum_sq);
+  auto all = pg.all_gather_strings(mine);
+  const bool same = std::all_of(all.begin(), all.end(), [&](const std::string& s) { return s == all[0]; });
+  const bool ok = same && std::isfinite(last_loss);
+
+  if (rank == 0) {
+    const double med = median(times);
+    std::vector<double> sorted = times;
+    std::sort(sorted.begin(), sorted.end());
+    const double p90 = sorted[std::min(sorted.size() - 1, static_cast<size_t>(0.9 * sorted.size()))];
+    const size_t buckets = ddp_model ? ddp_model->bucket_count() : naive->allreduces_per_step();
+    if (!o.no_header) {
+      print_metadata(o, launch, pg, device);
+      std::printf("# steps: %d warm-up (untimed), %d timed; step time = slowest rank; mode %s%s\n", o.warmup,
+                  o.steps, o.mode.c_str(),
+                  naive ? " (buckets column = allreduces per step, one per parameter)" : "");
+      std::printf("#\n%s\n%s\n", "#  workload        mode  backend  ranks  threads  batch    params  bucket  buckets"
+                                  "  steps    median       min       p90    samples/s  impl",
+                  "#                                                 /rank             (MiB)         "
+                  "          (ms)      (ms)      (ms)     (global)");
+    }
+    std::printf("%10s %11s %8s %6d %8d %6d %9lld %7.2f %8zu %6d %9.3f %9.3f %9.3f %12.1f  %s\n", o.workload.c_str(),
+                o.mode.c_str(), pg.backend_name().c_str(), world, o.threads, o.batch_size,
+                static_cast<long long>(params), naive ? 0.0 : o.bucket_mb, buckets, o.steps, med * 1e3,
+                sorted.front() * 1e3, p90 * 1e3, static_cast<double>(o.batch_size) * world / med, "c++");
+    if (ok)
+      std::printf("# OK (parameters identical on all ranks, final loss %.4g)\n", last_loss);
+    else
+      std::printf("# FAILED: %s\n", same ? "the loss is not finite" : "parameters differ between ranks");
+    std::fflush(stdout);
+  }
+  return ok ? ddp::kExitOk : ddp::kExitError;
+}
+
+// Bus bandwidth of an allreduce (nccl-tests: busbw = algbw * 2(n-1)/n) next to the memcpy
+// bandwidth of one core on rank 0 (measured while the other ranks wait), both in this run.
+int allreduce_bench(const BenchOptions& o, const ddp::LaunchEnv& launch, ddp::ProcessGroup& pg,
+                    const torch::Device& device) {
+  const int64_t count = o.allreduce_bytes / 4;
+  const int64_t bytes = count * 4;
+  double memcpy_gbs = 0;
+  pg.barrier("before memcpy");
+  if (pg.rank() == 0) {
+    std::vector<char> src(bytes, 1), dst(bytes, 0);
+    std::vector<double> t;
+    for (int i = 0; i < o.warmup + o.steps; ++i) {
+      auto t0 = Clock::now();
+      std::memcpy(dst.data(), src.data(), bytes);
+      auto t1 = Clock::now();
+      if (i >= o.warmup) t.push_back(std::chrono::duration<double>(t1 - t0).count());
+    }
+    DDP_CHECK(dst[bytes - 1] == 1, "memcpy check failed", "report this");
+    memcpy_gbs = bytes / median(t) / 1e9;
+  }
+  pg.barrier("after memcpy");
+
+  auto buffer = torch::ones({count}, torch::TensorOptions().dtype(torch::kFloat32).device(device));
+  std::vector<torch::Tensor> tensors{buffer};
+  std::vector<double> times;
+  for (int i = 0; i < o.warmup + o.steps; ++i) {
+    buffer.fill_(1.0f);
+    sync_device(device);
+    pg.barrier("allreduce iteration");
+    auto t0 = Clock::now();
+    pg.wait(pg.allreduce_sum_async(tensors), "64 MiB allreduce");
+    sync_device(device);
+    auto t1 = Clock::now();
+    if (i >= o.warmup) times.push_back(std::chrono::duration<double>(t1 - t0).count());
+  }
+  allreduce_max(pg, times, device);
+  const bool ok = buffer.min().item<float>() == pg.size() && buffer.max().item<float>() == pg.size();
+
+  if (pg.rank() == 0) {
+    const int n = pg.size();
+    const double med = median(times);
+    const double algbw = bytes / med / 1e9;
+    const double busbw = algbw * 2.0 * (n - 1) / n;
+    if (!o.no_header) {
+      print_metadata(o, launch, pg, device);
+      std::printf("# allreduce (sum, float32) of one buffer; %d warm-up, %d timed; time = slowest rank, median\n",
+                  o.warmup, o.steps);
+      std::printf("# memcpy: one thread on rank 0 while the other ranks wait, same buffer size\n#\n");
+      std::printf("#       size  ranks      time    algbw    busbw   memcpy  busbw/memcpy\n");
+      std::printf("#        (B)              (ms)   (GB/s)   (GB/s)   (GB/s)\n");
+    }
+    std::printf("%12lld %6d %9.3f %8.3f %8.3f %8.3f %13.3f\n", static_cast<long long>(bytes), n, med * 1e3, algbw,
+                busbw, memcpy_gbs, busbw / memcpy_gbs);
+    std::printf(ok ? "# OK (every element equals the world size)\n" : "# FAILED: wrong allreduce result\n");
+    std::fflush(stdout);
+  }
+  return ok ? ddp::kExitOk : ddp::kExitError;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const BenchOptions o = parse(argc, argv);
+  const char* rank = std::getenv("RANK");  // names the failing process in a multi-rank log
+  ddp::LaunchEnv launch;
+  return ddp::run_main(
+      [&] {
+        launch = ddp::resolve_launch_env(ddp::current_environment());
+        if (!launch.warning.empty()) std::fprintf(stderr, "warning: %s\n", launch.warning.c_str());
+        torch::set_num_threads(o.threads);
+        const torch::Device device = ddp::choose_device(o.device, launch.local_rank, launch.local_world_size);
+        ddp::ProcessGroupOptions pg_options;
+        pg_options.backend = o.backend;
+        const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000));
+        pg_options.rendezvous_timeout = timeout;
+        pg_options.collective_timeout = timeout;
+        auto pg = ddp::init_process_group(launch, device, pg_options);
+        return o.allreduce_bytes > 0 ? allreduce_bench(o, launch, *pg, device) : train_bench(o, launch, *pg, device);
+      },
+      std::string("[ddp_train_bench rank ") + (rank ? rank : "?") + "]");
+}

@@ -1,0 +1,117 @@
+# Finds LibTorch, in this order:
+#   1. an explicit Torch_DIR or CMAKE_PREFIX_PATH (a libtorch archive, a cluster module);
+#   2. the active Python's torch (python3 on PATH, or -DPython3_EXECUTABLE=...);
+#   3. the torch that scripts/setup.sh installed ($DDPW_HOME, default ~/.cache/ddp-workshop);
+#   4. the system (Debian's libtorch-dev, with libgloo-dev for the Gloo headers).
+# Stops with a fix-it message when none is found. Sets DDPW_TORCH_CUDA (ON when this LibTorch
+# has CUDA, so the CUDA/NCCL code is compiled even on a machine without a GPU).
+
+function(_ddpw_torch_prefix_from_python python out)
+  execute_process(
+    COMMAND "${python}" -c "import torch, sys; sys.stdout.write(torch.utils.cmake_prefix_path)"
+    OUTPUT_VARIABLE prefix RESULT_VARIABLE rc ERROR_QUIET)
+  if(rc EQUAL 0 AND EXISTS "${prefix}/Torch/TorchConfig.cmake")
+    set(${out} "${prefix}" PARENT_SCOPE)
+  else()
+    set(${out} "" PARENT_SCOPE)
+  endif()
+endfunction()
+
+set(_ddpw_torch_source "")
+if(Torch_DIR OR CMAKE_PREFIX_PATH)
+  set(_ddpw_torch_source "explicit Torch_DIR/CMAKE_PREFIX_PATH")
+else()
+  if(DEFINED Python3_EXECUTABLE)
+    set(_ddpw_python "${Python3_EXECUTABLE}")
+  else()
+    find_program(_ddpw_python NAMES python3 python)
+  endif()
+  if(_ddpw_python)
+    _ddpw_torch_prefix_from_python("${_ddpw_python}" _ddpw_prefix)
+    if(_ddpw_prefix)
+      set(_ddpw_torch_source "the torch of ${_ddpw_python}")
+    endif()
+  endif()
+  if(NOT _ddpw_prefix)
+    if(DEFINED ENV{DDPW_HOME})
+      set(_ddpw_home "$ENV{DDPW_HOME}")
+    else()
+      set(_ddpw_home "$ENV{HOME}/.cache/ddp-workshop")
+    endif()
+    if(EXISTS "${_ddpw_home}/venv/bin/python3")
+      _ddpw_torch_prefix_from_python("${_ddpw_home}/venv/bin/python3" _ddpw_prefix)
+      if(_ddpw_prefix)
+        set(_ddpw_torch_source "the set-up's torch in ${_ddpw_home}/venv")
+      endif()
+    endif()
+  endif()
+  if(_ddpw_prefix)
+    list(APPEND CMAKE_PREFIX_PATH "${_ddpw_prefix}")
+  else()
+    set(_ddpw_torch_source "the system")
+  endif()
+endif()
+
+# A CUDA-enabled LibTorch calls enable_language(CUDA) and needs nvcc now. CUDA >= 12.9 no longer
+# ships the CUDA::nvToolsExt target that older Torch configs link; point it at nvtx3 (header-only).
+find_package(CUDAToolkit QUIET)
+if(CUDAToolkit_FOUND)
+  # V100 (sm_70: Puhti, SuperCloud) needs CUDA <= 12; CUDA 13 starts at sm_75.
+  if(CUDAToolkit_VERSION VERSION_GREATER_EQUAL 13)
+    set(_ddpw_archs 80 90)
+  else()
+    set(_ddpw_archs 70 80 90)
+  endif()
+  # We compile no .cu files; Torch copies the C++ standard to CUDA, which nvcc lacks for C++20.
+  if(NOT DEFINED CMAKE_CUDA_STANDARD)
+    set(CMAKE_CUDA_STANDARD 17)
+  endif()
+  # Without an arch list Torch probes the installed GPUs with try_run, which fails on a machine
+  # without one (login nodes, CI): name the archs of the course's clusters instead.
+  if(NOT DEFINED TORCH_CUDA_ARCH_LIST AND NOT DEFINED ENV{TORCH_CUDA_ARCH_LIST})
+    list(TRANSFORM _ddpw_archs REPLACE "([0-9])([0-9])" "\\1.\\2" OUTPUT_VARIABLE TORCH_CUDA_ARCH_LIST)
+  endif()
+  if(NOT TARGET CUDA::nvToolsExt AND TARGET CUDA::nvtx3)
+    add_library(CUDA::nvToolsExt INTERFACE IMPORTED)
+    target_link_libraries(CUDA::nvToolsExt INTERFACE CUDA::nvtx3)
+  endif()
+endif()
+
+find_package(Torch CONFIG QUIET)
+if(NOT Torch_FOUND)
+  message(FATAL_ERROR
+    "LibTorch was not found (looked at: ${_ddpw_torch_source}).\n"
+    "Fix it in one of these ways:\n"
+    "  - run scripts/setup.sh (installs the torch wheel into ~/.cache/ddp-workshop), or\n"
+    "  - pip install torch, and configure with that python3 on PATH, or\n"
+    "  - point at a libtorch: cmake -DCMAKE_PREFIX_PATH=/path/to/libtorch ..., or\n"
+    "  - on a cluster: module load the site's pytorch module before cmake, or\n"
+    "  - on Debian without PyPI: apt-get install libtorch-dev libgloo-dev")
+endif()
+
+set(DDPW_TORCH_VERSION "${Torch_VERSION}")
+if(NOT DDPW_TORCH_VERSION)
+  set(DDPW_TORCH_VERSION "unknown")
+endif()
+if(TARGET torch_cuda OR CAFFE2_USE_CUDA OR TORCH_CUDA_LIBRARIES)
+  set(DDPW_TORCH_CUDA ON)
+else()
+  set(DDPW_TORCH_CUDA OFF)
+endif()
+message(STATUS "ddp-workshop: LibTorch ${DDPW_TORCH_VERSION} from ${_ddpw_torch_source} "
+               "(CUDA: ${DDPW_TORCH_CUDA})")
+
+# NCCL's header is not on Torch's include path: the wheel ships it in nvidia/nccl, the CUDA toolkit
+# or a cluster module in their include folders. Without it the NCCL backend cannot be compiled.
+set(DDPW_NCCL OFF)
+if(DDPW_TORCH_CUDA)
+  get_filename_component(_ddpw_site "${TORCH_INSTALL_PREFIX}/.." ABSOLUTE)
+  find_path(DDPW_NCCL_INCLUDE_DIR nccl.h
+    HINTS "$ENV{NCCL_HOME}/include" "${_ddpw_site}/nvidia/nccl/include" ${CUDAToolkit_INCLUDE_DIRS})
+  if(DDPW_NCCL_INCLUDE_DIR)
+    set(DDPW_NCCL ON)
+  else()
+    message(FATAL_ERROR "LibTorch has CUDA but nccl.h was not found, so the NCCL backend cannot be "
+                        "built. Set NCCL_HOME (or module load nccl), or pip install nvidia-nccl-cu13.")
+  endif()
+endif()

@@ -1,0 +1,47 @@
+// defines: Adadelta — the optimizer of the MNIST seed (torch.optim.Adadelta, lr 1.0), which the
+//          C++ frontend does not have. Built like torch::optim::Adagrad (options per parameter
+//          group, so set_lr works and schedulers apply); save/load keep every group's options and
+//          each parameter's square_avg, acc_delta and step, so a resumed run is bit-identical.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <vector>
+
+namespace ddp {
+
+struct AdadeltaOptions : public torch::optim::OptimizerCloneableOptions<AdadeltaOptions> {
+  AdadeltaOptions(double lr = 1.0);  // NOLINT: implicit, as torch's loader builds it from an lr
+  TORCH_ARG(double, lr) = 1.0;
+  TORCH_ARG(double, rho) = 0.9;
+  TORCH_ARG(double, eps) = 1e-6;
+  TORCH_ARG(double, weight_decay) = 0;
+
+ public:  // TORCH_ARG leaves the section private
+  void serialize(torch::serialize::InputArchive& archive) override;
+  void serialize(torch::serialize::OutputArchive& archive) const override;
+  double get_lr() const override { return lr(); }
+  void set_lr(const double lr) override { this->lr(lr); }
+};
+
+struct AdadeltaParamState : public torch::optim::OptimizerCloneableParamState<AdadeltaParamState> {
+  TORCH_ARG(torch::Tensor, square_avg);  // running mean of grad²
+  TORCH_ARG(torch::Tensor, acc_delta);   // running mean of update²
+  TORCH_ARG(int64_t, step) = 0;
+
+ public:
+  void serialize(torch::serialize::InputArchive& archive) override;
+  void serialize(torch::serialize::OutputArchive& archive) const override;
+};
+
+class Adadelta : public torch::optim::Optimizer {
+ public:
+  explicit Adadelta(std::vector<torch::Tensor> params, AdadeltaOptions options = {});
+  Adadelta(std::vector<torch::Tensor> params, double lr, double rho = 0.9, double eps = 1e-6,
+           double weight_decay = 0);
+  torch::Tensor step(LossClosure closure = nullptr) override;
+  void save(torch::serialize::OutputArchive& archive) const override;
+  void load(torch::serialize::InputArchive& archive) override;
+};
+
+}  // namespace ddp

@@ -1,0 +1,70 @@
+// defines: Dataset (samples held in memory), the synthetic regression workload's data,
+//          DistributedSampler (each rank's shard of a per-epoch shuffle) and Loader (batches).
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <vector>
+
+namespace ddp {
+
+struct Batch {
+  torch::Tensor input;
+  torch::Tensor target;
+};
+
+// All samples in two tensors: inputs [N, ...] and targets [N, ...]. Inputs may be stored compactly
+// (uint8 images) and are converted by `to_input` when a batch is cut.
+struct Dataset {
+  torch::Tensor inputs;
+  torch::Tensor targets;
+  double input_scale = 1.0;   // multiply after converting to float (1/255 for images)
+  double input_shift = 0.0;   // then subtract (normalisation mean / scale)
+  double input_divide = 1.0;  // then divide (normalisation std)
+  int64_t size() const { return inputs.size(0); }
+  Batch gather(const torch::Tensor& indices) const;  // float inputs, targets as stored
+};
+
+// 2048 samples of 20 features (the tutorial's size), x ~ U[0,1), y = x·w + b + 0.01·noise with a
+// fixed w and b: a target the model can learn, so the loss falls (upstream's one-output
+// cross-entropy is always 0). Same data for the same seed on every rank and every run.
+Dataset make_synthetic_dataset(int64_t samples = 2048, int64_t features = 20, uint64_t seed = 0);
+
+// Like torch.utils.data.DistributedSampler: a shuffle that depends only on (seed, epoch), padded
+// to a multiple of num_replicas, then every num_replicas-th index from `rank`. All ranks get the
+// same number of samples, disjoint within one epoch. With num_replicas = 1 it is a plain shuffle.
+class DistributedSampler {
+ public:
+  DistributedSampler(int64_t dataset_size, int num_replicas = 1, int rank = 0, uint64_t seed = 0,
+                     bool shuffle = true);
+  void set_epoch(int64_t epoch);  // a new order for this epoch; call it before every epoch
+  int64_t epoch() const { return epoch_; }
+  int64_t num_samples() const { return num_samples_; }
+  const torch::Tensor& indices() const { return indices_; }  // int64, this rank's order
+
+ private:
+  int64_t dataset_size_, num_samples_, epoch_ = -1;
+  int num_replicas_, rank_;
+  uint64_t seed_;
+  bool shuffle_;
+  torch::Tensor indices_;
+};
+
+// Cuts a sampler's order into batches on a device. Step k is addressable directly, so a run
+// resumed mid-epoch continues exactly where the snapshot was taken.
+class Loader {
+ public:
+  Loader(const Dataset& data, const DistributedSampler& sampler, int64_t batch_size, torch::Device device);
+  int64_t steps() const;               // batches per epoch on this rank (the last may be short)
+  Batch batch(int64_t step) const;     // on the device
+  int64_t batch_size() const { return batch_size_; }
+
+ private:
+  const Dataset& data_;
+  const DistributedSampler& sampler_;
+  int64_t batch_size_;
+  torch::Device device_;
+};
+
+}  // namespace ddp

@@ -1,0 +1,194 @@
+#include "ddp/distributed_data_parallel.h"
+
+#include <torch/csrc/autograd/engine.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/utils/lambda_post_hook.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include <algorithm>
+
+#include "ddp/error.h"
+
+namespace ddp {
+namespace {
+
+// FNV-1a: a cheap fingerprint of the parameter names and shapes, compared across ranks.
+int64_t fingerprint(const std::vector<std::string>& names, const std::vector<torch::Tensor>& params) {
+  uint64_t h = 1469598103934665603ull;
+  auto mix = [&](const std::string& s) {
+    for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  };
+  for (size_t i = 0; i < params.size(); ++i) {
+    mix(names[i]);
+    for (int64_t d : params[i].sizes()) mix(":" + std::to_string(d));
+    mix(";");
+  }
+  return static_cast<int64_t>(h >> 1);
+}
+
+}  // namespace
+
+GradientReducer::GradientReducer(std::shared_ptr<torch::nn::Module> module, std::shared_ptr<ProcessGroup> pg,
+                                 DdpOptions options)
+    : module_(std::move(module)), pg_(std::move(pg)), options_(options) {
+  DDP_CHECK(module_ && pg_, "DistributedDataParallel needs a module and a process group", "create both first");
+  for (const auto& item : module_->named_parameters(/*recurse=*/true)) {
+    if (!item.value().requires_grad()) continue;
+    names_.push_back(item.key());
+    params_.push_back(item.value());
+  }
+  DDP_CHECK(!params_.empty(), "the module has no parameter that requires a gradient", "nothing to train");
+  broadcast_initial_state(options_.broadcast_buffers);
+  build_buckets(options_.bucket_mb);
+
+  // A post-hook on each parameter's gradient accumulator runs after .grad holds the final sum
+  // (a hook on the parameter itself would see the incoming gradient before accumulation).
+  std::weak_ptr<int> alive = alive_;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    auto accumulator = torch::autograd::impl::grad_accumulator(params_[i]);
+    accumulator->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
+        [this, i, alive](const torch::autograd::variable_list& outputs, const torch::autograd::variable_list&) {
+          if (!alive.expired()) on_gradient_ready(i);
+          return outputs;
+        }));
+    accumulators_.push_back(std::move(accumulator));
+  }
+}
+
+GradientReducer::~GradientReducer() = default;
+
+void GradientReducer::broadcast_initial_state(bool with_buffers) {
+  torch::NoGradGuard no_grad;  // in-place writes into leaves that require grad
+  // Same model on every rank? A different layer size would otherwise hang or corrupt.
+  auto mine = torch::tensor({static_cast<int64_t>(params_.size()), fingerprint(names_, params_)}, torch::kInt64)
+                  .to(params_[0].device());
+  auto root = mine.clone();
+  std::vector<torch::Tensor> meta{root};
+  pg_->broadcast(meta, 0, "model check (broadcast of rank 0's parameter shapes)");
+  auto mismatch = torch::ne(root, mine).any().to(torch::kInt64).reshape({1});
+  pg_->allreduce_sum(mismatch, "model check (agreement of all ranks)");
+  DDP_CHECK(mismatch.item<int64_t>() == 0,
+            "the ranks hold different models (parameter names or shapes differ from rank 0's)",
+            "every rank must build the same model with the same options");
+
+  std::vector<torch::Tensor> state = params_;
+  if (with_buffers)
+    for (const auto& b : module_->buffers(/*recurse=*/true)) state.push_back(b);
+  std::vector<c10::intrusive_ptr<c10d::Work>> works;
+  std::vector<std::vector<torch::Tensor>> inputs;
+  inputs.reserve(state.size());
+  for (auto& t : state) {
+    inputs.push_back({t});
+    c10d::BroadcastOptions bo;
+    bo.rootRank = 0;
+    works.push_back(pg_->backend().broadcast(inputs.back(), bo));
+  }
+  for (auto& w : works) pg_->wait(w, "initial broadcast of parameters from rank 0");
+}
+
+void GradientReducer::build_buckets(double bucket_mb) {
+  const auto cap = static_cast<int64_t>(bucket_mb * 1024 * 1024);
+  bucket_of_.assign(params_.size(), 0);
+  // Gradients become ready roughly in reverse registration order: bucket the last layers first.
+  Bucket current;
+  int64_t bytes = 0, numel = 0;
+  auto close = [&] {
+    if (current.params.empty()) return;
+    current.flat = torch::zeros({numel}, params_[current.params[0]].options().requires_grad(false));
+    current.pending = current.params.size();
+    buckets_.push_back(std::move(current));
+    current = Bucket{};
+    bytes = numel = 0;
+  };
+  for (size_t k = params_.size(); k-- > 0;) {
+    const auto& p = params_[k];
+    const bool other_kind = !current.params.empty() && (p.scalar_type() != params_[current.params[0]].scalar_type() ||
+                                                        p.device() != params_[current.params[0]].device());
+    if (other_kind || (bytes > 0 && bytes + p.numel() * p.element_size() > cap)) close();
+    bucket_of_[k] = buckets_.size();
+    current.params.push_back(k);
+    current.offsets.push_back(numel);
+    numel += p.numel();
+    bytes += p.numel() * p.element_size();
+  }
+  close();
+  ready_.assign(params_.size(), 0);
+}
+
+void GradientReducer::start_backward() {
+  for (auto& b : buckets_) {
+    b.pending = b.params.size();
+    b.work.reset();
+  }
+  std::fill(ready_.begin(), ready_.end(), 0);
+  next_bucket_ = 0;
+  // Runs once the whole backward pass is done, before backward() returns to the caller.
+  std::weak_ptr<int> alive = alive_;
+  torch::autograd::Engine::get_default_engine().queue_callback([this, alive] {
+    if (!alive.expired()) finish_backward();
+  });
+  in_backward_ = true;
+}
+
+void GradientReducer::on_gradient_ready(size_t i) {
+  if (!sync_enabled_) return;  // no_sync(): accumulate locally
+  if (!in_backward_) start_backward();
+  if (ready_[i]) return;  // a parameter used twice in one graph reports once
+  ready_[i] = 1;
+  Bucket& b = buckets_[bucket_of_[i]];
+  const auto slot = std::find(b.params.begin(), b.params.end(), i) - b.params.begin();
+  const torch::Tensor& grad = params_[i].grad();
+  DDP_CHECK(grad.defined() && !grad.is_sparse(), "parameter '" + names_[i] + "' has no dense gradient",
+            "DistributedDataParallel supports dense gradients only");
+  b.flat.narrow(0, b.offsets[slot], grad.numel()).copy_(grad.reshape({-1}));
+  if (--b.pending == 0) launch_ready_buckets();
+}
+
+void GradientReducer::launch_ready_buckets() {
+  // Strictly in bucket order: every rank must issue the same collectives in the same order.
+  while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].pending == 0) {
+    Bucket& b = buckets_[next_bucket_++];
+    b.flat.div_(pg_->size());  // average = sum of (grad / world size); Gloo has no AVG
+    std::vector<torch::Tensor> tensors{b.flat};
+    b.work = pg_->allreduce_sum_async(tensors);
+  }
+}
+
+void GradientReducer::finish_backward() {
+  in_backward_ = false;
+  if (next_bucket_ < buckets_.size()) {
+    std::string unused;
+    for (size_t i = 0; i < params_.size(); ++i)
+      if (!ready_[i]) unused += (unused.empty() ? "" : ", ") + names_[i];
+    if (!options_.find_unused_parameters) {
+      // Drain what was launched so the group stays usable, then say which parameters were missed.
+      for (size_t k = 0; k < next_bucket_; ++k) pg_->wait(buckets_[k].work, "gradient allreduce");
+      throw Error("these parameters received no gradient in this backward pass: " + unused,
+                  "make every parameter take part in the loss, or construct DistributedDataParallel with "
+                  "find_unused_parameters = true (--find-unused-parameters) to treat them as zero");
+    }
+    for (size_t i = 0; i < params_.size(); ++i) {
+      if (ready_[i]) continue;
+      ready_[i] = 1;
+      Bucket& b = buckets_[bucket_of_[i]];
+      const auto slot = std::find(b.params.begin(), b.params.end(), i) - b.params.begin();
+      b.flat.narrow(0, b.offsets[slot], params_[i].numel()).zero_();
+      --b.pending;
+    }
+    launch_ready_buckets();
+  }
+  torch::NoGradGuard no_grad;
+  for (size_t k = 0; k < buckets_.size(); ++k) {
+    Bucket& b = buckets_[k];
+    pg_->wait(b.work, "gradient allreduce (bucket " + std::to_string(k + 1) + " of " +
+                          std::to_string(buckets_.size()) + ")");
+    for (size_t slot = 0; slot < b.params.size(); ++slot) {
+      torch::Tensor& p = params_[b.params[slot]];
+      auto averaged = b.flat.narrow(0, b.offsets[slot], p.numel()).view(p.sizes());
+      if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
+      p.mutable_grad().copy_(averaged);
+    }
+  }
+}
+
+}  // namespace ddp

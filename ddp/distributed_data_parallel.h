@@ -1,0 +1,103 @@
+// defines: DistributedDataParallel — PyTorch's DDP for any torch::nn::Module, in C++.
+//   * At construction, parameters and buffers are broadcast from rank 0 (ranks may start apart).
+//   * During backward, each parameter's gradient accumulator fires a hook once .grad is final;
+//     when a bucket (~bucket_mb) is complete its allreduce starts at once, in bucket order, so
+//     communication overlaps the rest of backward. A callback at the end of backward waits for
+//     all buckets and writes the averages back to .grad before backward() returns.
+//   * no_sync() skips the allreduce for gradient accumulation; the next synced backward averages
+//     the accumulated gradients.
+//   * A parameter without a gradient is an error naming it (or zero, with find_unused_parameters).
+#pragma once
+
+#include <torch/torch.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ddp/options.h"
+#include "ddp/process_group.h"
+
+namespace ddp {
+
+struct DdpOptions {
+  double bucket_mb = 25;  // as PyTorch's bucket_cap_mb
+  bool find_unused_parameters = false;
+  bool broadcast_buffers = true;  // at construction
+};
+
+// --bucket-mb and --find-unused-parameters.
+inline DdpOptions ddp_options(const Options& o) { return {o.bucket_mb, o.find_unused_parameters, true}; }
+
+// The engine behind DistributedDataParallel (no template: compiled once).
+class GradientReducer {
+ public:
+  GradientReducer(std::shared_ptr<torch::nn::Module> module, std::shared_ptr<ProcessGroup> pg, DdpOptions options);
+  ~GradientReducer();
+  GradientReducer(const GradientReducer&) = delete;
+  GradientReducer& operator=(const GradientReducer&) = delete;
+
+  void set_sync(bool enabled) { sync_enabled_ = enabled; }
+  bool sync_enabled() const { return sync_enabled_; }
+  size_t bucket_count() const { return buckets_.size(); }
+
+ private:
+  struct Bucket {
+    std::vector<size_t> params;   // indices into params_
+    std::vector<int64_t> offsets; // where each parameter's gradient sits in `flat`
+    torch::Tensor flat;           // contiguous gradients of the bucket
+    size_t pending = 0;           // parameters whose gradient is not ready yet
+    c10::intrusive_ptr<c10d::Work> work;
+  };
+  void broadcast_initial_state(bool with_buffers);
+  void build_buckets(double bucket_mb);
+  void on_gradient_ready(size_t param_index);
+  void launch_ready_buckets();
+  void finish_backward();
+  void start_backward();
+
+  std::shared_ptr<torch::nn::Module> module_;
+  std::shared_ptr<ProcessGroup> pg_;
+  DdpOptions options_;
+  std::vector<torch::Tensor> params_;
+  std::vector<std::string> names_;
+  std::vector<size_t> bucket_of_;  // parameter -> bucket
+  std::vector<Bucket> buckets_;
+  std::vector<char> ready_;
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // kept alive: hooks live on them
+  size_t next_bucket_ = 0;
+  bool in_backward_ = false;  // a synced backward is running: its end-of-backward callback is queued
+  bool sync_enabled_ = true;
+  std::shared_ptr<int> alive_ = std::make_shared<int>(0);  // hooks outlive us: they check this first
+};
+
+template <typename M>
+class DistributedDataParallel {
+ public:
+  DistributedDataParallel(std::shared_ptr<M> module, std::shared_ptr<ProcessGroup> pg, DdpOptions options = {})
+      : module_(std::move(module)), reducer_(std::make_unique<GradientReducer>(module_, std::move(pg), options)) {}
+
+  M* operator->() const { return module_.get(); }      // model->forward(x), as on the plain module
+  const std::shared_ptr<M>& module() const { return module_; }  // for checkpoints: a plain module
+  size_t bucket_count() const { return reducer_->bucket_count(); }
+
+  // While a NoSync lives, backward() only accumulates locally (no communication).
+  class NoSync {
+   public:
+    explicit NoSync(GradientReducer& r) : r_(r), before_(r.sync_enabled()) { r_.set_sync(false); }
+    ~NoSync() { r_.set_sync(before_); }
+    NoSync(const NoSync&) = delete;
+    NoSync& operator=(const NoSync&) = delete;
+
+   private:
+    GradientReducer& r_;
+    bool before_;
+  };
+  [[nodiscard]] NoSync no_sync() { return NoSync(*reducer_); }
+
+ private:
+  std::shared_ptr<M> module_;
+  std::unique_ptr<GradientReducer> reducer_;
+};
+
+}  // namespace ddp

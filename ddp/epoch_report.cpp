@@ -1,0 +1,78 @@
+#include "ddp/epoch_report.h"
+
+#include <cstdio>
+
+#include "ddp/error.h"
+#include "ddp/process_group.h"
+
+namespace ddp {
+
+EpochReporter::EpochReporter(const Options& options, const Workload& workload, torch::Device device, ProcessGroup* pg,
+                             int global_rank, int world_size, int local_world_size, int threads)
+    : options_(options),
+      workload_(workload),
+      device_(device),
+      pg_(pg),
+      global_rank_(global_rank),
+      world_size_(world_size),
+      local_world_size_(local_world_size),
+      threads_(threads) {
+  if (global_rank == 0 && !options.metrics_path.empty())
+    metrics_ = std::make_unique<MetricsWriter>(options.metrics_path, /*append=*/!options.fresh);
+}
+
+void EpochReporter::end_epoch(int64_t epoch, double loss_sum, int64_t batches, int64_t samples, double seconds,
+                              Model& model) {
+  // Sum over ranks: mean batch loss of all ranks, and the samples all ranks trained on.
+  auto totals = torch::tensor({loss_sum, static_cast<double>(batches), static_cast<double>(samples), seconds},
+                              torch::kFloat64)
+                    .to(device_);
+  if (pg_) pg_->allreduce_sum(totals, "end-of-epoch loss sum");
+  totals = totals.cpu();
+  const double train_loss = totals[0].item<double>() / std::max(1.0, totals[1].item<double>());
+  const double all_samples = totals[2].item<double>();
+  const double slowest = seconds;  // the epoch's wall time on this rank (ranks move in lockstep)
+  const EvalResult eval = evaluate(model, workload_, options_.test_batch_size, device_, pg_, global_rank_, world_size_);
+  if (global_rank_ != 0) return;
+
+  EpochMetrics m;
+  m.epoch = epoch;
+  m.world_size = world_size_;
+  m.ranks_per_node = local_world_size_;
+  m.threads = threads_;
+  m.train_loss = train_loss;
+  m.test_loss = eval.loss;
+  m.test_accuracy = eval.accuracy;
+  m.epoch_seconds = slowest;
+  m.samples_per_s = slowest > 0 ? all_samples / slowest : 0;
+  if (metrics_) metrics_->write(m);
+  if (workload_.classification)
+    std::printf("Epoch %lld | train loss %.4f | test loss %.4f | test accuracy %.2f%% | %.0f samples/s | %.2f s\n",
+                static_cast<long long>(epoch), train_loss, eval.loss, 100.0 * eval.accuracy, m.samples_per_s, slowest);
+  else
+    std::printf("Epoch %lld | train loss %.6f | test loss %.6f | %.0f samples/s | %.2f s\n",
+                static_cast<long long>(epoch), train_loss, eval.loss, m.samples_per_s, slowest);
+  std::fflush(stdout);
+}
+
+void EpochReporter::end_training(Model& model, const std::string& tag) {
+  torch::NoGradGuard no_grad;
+  double checksum = 0;  // position-weighted, so swapped values change it too
+  for (const auto& p : model.parameters()) {
+    auto flat = p.detach().to(torch::kCPU, torch::kFloat64).reshape({-1});
+    checksum += (flat * torch::arange(1, flat.numel() + 1, torch::kFloat64)).sum().item<double>();
+  }
+  std::printf("%s final weights checksum %.17g\n", tag.c_str(), checksum);
+  std::fflush(stdout);
+  if (!pg_) return;
+  auto root = torch::tensor({checksum}, torch::kFloat64).to(device_);
+  std::vector<torch::Tensor> t{root};
+  pg_->broadcast(t, 0, "final weights check");
+  auto differs = torch::tensor({root.item<double>() != checksum ? 1.0 : 0.0}, torch::kFloat64).to(device_);
+  pg_->allreduce_sum(differs, "final weights check");
+  if (differs.item<double>() > 0)
+    throw Error("the ranks' final weights differ: the replicas went out of sync",
+                "this is a bug in gradient synchronisation; rerun with NCCL_DEBUG=INFO and report it");
+}
+
+}  // namespace ddp

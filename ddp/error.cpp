@@ -1,0 +1,37 @@
+#include "ddp/error.h"
+
+#include <cstdio>
+#include <exception>
+
+namespace ddp {
+namespace {
+
+// LibTorch's c10::Error appends a C++ backtrace to its message: a person needs the first lines.
+std::string without_backtrace(std::string what) {
+  for (const char* marker : {"\nException raised from", "\nFrame ", "\nframe #"}) {
+    auto pos = what.find(marker);
+    if (pos != std::string::npos) what.resize(pos);
+  }
+  while (!what.empty() && (what.back() == '\n' || what.back() == ' ')) what.pop_back();
+  return what;
+}
+
+}  // namespace
+
+int run_main(const std::function<int()>& body, const std::string& prefix) {
+  const std::string who = prefix.empty() ? "" : prefix + " ";
+  try {
+    return body();
+  } catch (const Error& e) {
+    if (e.hint().empty())
+      std::fprintf(stderr, "%serror: %s\n", who.c_str(), e.what());
+    else
+      std::fprintf(stderr, "%serror: %s (fix: %s)\n", who.c_str(), e.what(), e.hint().c_str());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%serror: %s\n", who.c_str(), without_backtrace(e.what()).c_str());
+  }
+  std::fflush(stderr);
+  return kExitError;
+}
+
+}  // namespace ddp

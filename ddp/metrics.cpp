@@ -1,0 +1,96 @@
+// Per-epoch CSV rows (what scripts/plot draws) and progress lines for batch logs.
+#include "ddp/metrics.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <utility>
+
+#include "ddp/error.h"
+
+namespace ddp {
+
+namespace {
+const char* const kHeader =
+    "epoch,world_size,ranks_per_node,threads,train_loss,test_loss,test_accuracy,samples_per_s,epoch_seconds\n";
+}  // namespace
+
+MetricsWriter::MetricsWriter(const std::string& path, bool append) {
+  // open() rather than fopen(): the mode 0600 applies from the first byte (fopen's 0666 & umask
+  // would leave the file readable by others until a chmod).
+  const int flags = O_WRONLY | O_CREAT | O_CLOEXEC | (append ? O_APPEND : O_TRUNC);
+  const int fd = ::open(path.c_str(), flags, 0600);
+  if (fd < 0)
+    throw Error("cannot write the metrics file " + path + ": " + std::strerror(errno),
+                "choose a writable path with --metrics");
+  struct stat info {};
+  const bool empty = ::fstat(fd, &info) == 0 && info.st_size == 0;
+  file_ = ::fdopen(fd, append ? "a" : "w");
+  if (file_ == nullptr) {
+    ::close(fd);
+    throw Error("cannot write the metrics file " + path + ": " + std::strerror(errno),
+                "choose a writable path with --metrics");
+  }
+  if (empty) {  // a resumed run appends to the rows it wrote before: one header only
+    std::fputs(kHeader, file_);
+    std::fflush(file_);
+  }
+}
+
+void MetricsWriter::write(const EpochMetrics& m) {
+  if (file_ == nullptr) return;
+  std::fprintf(file_, "%lld,%d,%d,%d,%.6g,%.6g,%.6g,%.6g,%.6g\n", static_cast<long long>(m.epoch), m.world_size,
+               m.ranks_per_node, m.threads, m.train_loss, m.test_loss, m.test_accuracy, m.samples_per_s,
+               m.epoch_seconds);
+  std::fflush(file_);  // a killed job keeps every finished epoch
+}
+
+MetricsWriter::~MetricsWriter() {
+  if (file_ != nullptr) std::fclose(file_);
+}
+
+Progress::Progress(std::string prefix, int64_t total_steps, int64_t samples_per_step, int64_t every)
+    : prefix_(std::move(prefix)),
+      total_(total_steps),
+      samples_per_step_(samples_per_step),
+      every_(every > 0 ? every : std::max<int64_t>(1, (total_steps + 3) / 4)),
+      start_(std::chrono::steady_clock::now()),
+      tty_(::isatty(::fileno(stdout)) != 0) {}
+
+// `step` counts the steps done in this epoch (1..total); rate and ETA assume this Progress saw
+// them all (construct it at the start of the epoch).
+void Progress::update(int64_t step, double loss) {
+  const bool due = step % every_ == 0 || step == total_;
+  if (!due && !tty_) return;  // a terminal gets a live line; a log file only the due lines
+
+  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  const double rate = elapsed > 0 ? static_cast<double>(step * samples_per_step_) / elapsed : 0;
+  const double eta = step > 0 ? elapsed / static_cast<double>(step) * static_cast<double>(total_ - step) : 0;
+  const long long eta_s = std::max(0LL, static_cast<long long>(eta + 0.5));
+
+  char line[256];
+  std::snprintf(line, sizeof line, "step %lld/%lld | loss %.4f | %.0f samples/s | ETA %02lld:%02lld",
+                static_cast<long long>(step), static_cast<long long>(total_), loss, rate, eta_s / 60,
+                eta_s % 60);
+  if (tty_) {
+    std::printf("\r%s %s\033[K", prefix_.c_str(), line);  // rewrite the line, clear what is left
+    open_line_ = true;
+  } else {
+    std::printf("%s %s\n", prefix_.c_str(), line);
+  }
+  std::fflush(stdout);
+}
+
+void Progress::finish() {
+  if (open_line_) {
+    std::printf("\n");
+    std::fflush(stdout);
+    open_line_ = false;
+  }
+}
+
+}  // namespace ddp

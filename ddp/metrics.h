@@ -1,0 +1,51 @@
+// defines: MetricsWriter (one CSV row per epoch, written by rank 0, user-only permissions) and
+//          Progress (periodic lines with step, samples/s and ETA that suit batch logs; no
+//          terminal escape codes unless stdout is a terminal).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+
+namespace ddp {
+
+struct EpochMetrics {
+  int64_t epoch = 0;
+  int world_size = 1;
+  int ranks_per_node = 1;
+  int threads = 1;  // intra-op threads per rank (cpus-per-task)
+  double train_loss = 0, test_loss = 0, test_accuracy = 0;
+  double samples_per_s = 0;  // all ranks together
+  double epoch_seconds = 0;
+};
+
+class MetricsWriter {
+ public:
+  MetricsWriter() = default;  // writes nothing
+  explicit MetricsWriter(const std::string& path, bool append);  // CSV; header when new
+  void write(const EpochMetrics& m);
+  ~MetricsWriter();
+  MetricsWriter(const MetricsWriter&) = delete;
+  MetricsWriter& operator=(const MetricsWriter&) = delete;
+
+ private:
+  std::FILE* file_ = nullptr;
+};
+
+class Progress {
+ public:
+  // total_steps: steps of this epoch; every: a line every N steps (0: four per epoch).
+  Progress(std::string prefix, int64_t total_steps, int64_t samples_per_step, int64_t every);
+  void update(int64_t step, double loss);  // call after each step; prints when due
+  void finish();                           // ends a terminal line
+
+ private:
+  std::string prefix_;
+  int64_t total_, samples_per_step_, every_;
+  std::chrono::steady_clock::time_point start_;
+  bool tty_;
+  bool open_line_ = false;
+};
+
+}  // namespace ddp

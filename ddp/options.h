@@ -1,0 +1,70 @@
+// defines: Options (every setting of the course's programs) and parse_options (CLI11; --help is
+//          generated from the parser, errors are one line with the fix, exit code 2).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "ddp/launch_env.h"
+
+namespace CLI {
+class App;
+}
+
+namespace ddp {
+
+struct Options {
+  // The upstream tutorial's positional form: `step0_single_gpu 50 10`.
+  int total_epochs = 0;
+  int save_every = 0;
+  int batch_size = 32;
+
+  std::string device = "auto";  // auto | cpu | cuda | cuda:N
+  std::string dataset = "synthetic";  // synthetic | mnist | fashion-mnist
+  std::string data_dir;         // default: where the dataset usually lives (see workload.h)
+  int test_batch_size = 1000;
+  double lr = 0;                // 0: the workload's default (SGD 1e-2 synthetic, Adadelta 1.0 CNN)
+  double gamma = 0.7;           // StepLR decay for the CNN
+  uint64_t seed = 0;
+  int threads = 0;              // intra-op threads per rank; 0: cores / ranks on this node
+
+  std::string snapshot_path = "snapshot.pt";
+  bool fresh = false;           // ignore an existing snapshot and start again
+  std::string metrics_path;     // per-epoch CSV, written by rank 0 (empty: none)
+  int log_every = 0;            // progress line every N steps (0: a few per epoch)
+
+  // Distributed settings (steps 1-3 and the diagnostics).
+  int nproc = 2;                // step 1: workers to start when there is no GPU
+  std::string master_addr;      // empty: from the launcher
+  int master_port = 0;          // 0: from the launcher
+  std::string init_method;      // file:///shared/path instead of a TCP store
+  std::string backend = "auto"; // auto | gloo | nccl
+  double bucket_mb = 25;        // gradient bucket size, as PyTorch's bucket_cap_mb
+  bool find_unused_parameters = false;
+  double rendezvous_timeout_s = 300;
+  double collective_timeout_s = 600;
+};
+
+// Which groups of options a program offers.
+enum OptionGroups : unsigned {
+  kTrainingOptions = 1u << 0,     // positional epochs/save_every and the training settings
+  kDistributedOptions = 1u << 1,  // backend, buckets, timeouts, master address
+  kSpawnOptions = 1u << 2,        // --nproc (the parent starts the workers itself)
+};
+
+// Parses argv into Options. --help prints and exits 0; a bad value prints one line naming the
+// option and the fix and exits 2. Also checks what can be checked before any work starts
+// (the snapshot's folder is writable, the device string is valid).
+Options parse_options(int argc, char** argv, const std::string& description, unsigned groups);
+
+// The same, plus a program's own options (e.g. the diagnostics' --min-bytes), added to the same
+// parser before parsing so that --help lists them and their errors read like the others.
+using AddOptions = std::function<void(CLI::App& app, Options& options)>;
+Options parse_options(int argc, char** argv, const std::string& description, unsigned groups,
+                      const AddOptions& add_options);
+
+// --master-addr, --master-port and --init-method, for resolve_launch_env.
+LaunchOverrides launch_overrides(const Options& options);
+
+}  // namespace ddp

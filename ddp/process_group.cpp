@@ -1,0 +1,206 @@
+#include "ddp/process_group.h"
+
+#include <torch/csrc/distributed/c10d/FileStore.hpp>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <cstdlib>
+
+#include "ddp/error.h"
+
+#ifdef DDPW_HAVE_NCCL
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+
+namespace ddp {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// 2.x defaults TCPStore to libuv, which some LibTorch builds lack; the classic server works in all.
+template <typename T>
+auto disable_libuv(T& options, int) -> decltype(options.useLibUV = false, void()) {
+  options.useLibUV = false;
+}
+template <typename T>
+void disable_libuv(T&, long) {}
+
+double seconds(std::chrono::milliseconds ms) { return static_cast<double>(ms.count()) / 1000.0; }
+
+std::string fmt_seconds(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f s", s);
+  return buf;
+}
+
+bool contains(const std::string& text, const char* needle) { return text.find(needle) != std::string::npos; }
+
+bool is_loopback(const std::string& host) {
+  return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
+}
+
+c10::intrusive_ptr<c10d::Store> rendezvous(const LaunchEnv& launch, std::chrono::milliseconds timeout) {
+  if (!launch.init_method.empty()) {
+    const std::string path = launch.init_method.substr(std::string("file://").size());
+    try {
+      auto store = c10::make_intrusive<c10d::FileStore>(path, launch.world_size);
+      store->setTimeout(timeout);
+      return store;
+    } catch (const c10::Error& e) {
+      throw Error("cannot open the rendezvous file '" + path + "': " + e.what_without_backtrace(),
+                  "use a fresh path per job on a filesystem every node shares, e.g. file://$PWD/rdzv.$SLURM_JOB_ID");
+    }
+  }
+  const std::string where = launch.master_addr + ":" + std::to_string(launch.master_port);
+  c10d::TCPStoreOptions options;
+  options.port = static_cast<uint16_t>(launch.master_port);
+  options.isServer = launch.global_rank == 0;
+  options.numWorkers = static_cast<size_t>(launch.world_size);
+  options.waitWorkers = true;
+  options.timeout = timeout;
+  disable_libuv(options, 0);
+  const auto start = Clock::now();
+  try {
+    return c10::make_intrusive<c10d::TCPStore>(launch.master_addr, options);
+  } catch (const c10::Error& e) {
+    const std::string why = e.what_without_backtrace();
+    const double waited = std::chrono::duration<double>(Clock::now() - start).count();
+    if (launch.global_rank == 0 && (contains(why, "in use") || contains(why, "EADDRINUSE")))
+      throw Error("master port " + std::to_string(launch.master_port) + " on " + launch.master_addr +
+                      " is already in use (another job or a previous run still holds it)",
+                  "choose another port: --master-port N or MASTER_PORT=N (e.g. 20000 + job id % 20000)");
+    if (launch.global_rank == 0)
+      throw Error("rank 0 waited " + fmt_seconds(waited) + " at " + where + " but not all " +
+                      std::to_string(launch.world_size) + " ranks arrived: " + why,
+                  "start all ranks (check the launcher's task count) or raise --rendezvous-timeout");
+    throw Error("rank " + std::to_string(launch.global_rank) + " could not reach the master at " + where +
+                    " within " + fmt_seconds(waited) + ": " + why,
+                "check MASTER_ADDR/MASTER_PORT (the first node of the job, reachable from this node), that "
+                "rank 0 started, and that no firewall blocks the port; --rendezvous-timeout sets the wait");
+  }
+}
+
+}  // namespace
+
+ProcessGroup::ProcessGroup(const LaunchEnv& launch, const torch::Device& device, const ProcessGroupOptions& options)
+    : rank_(launch.global_rank),
+      size_(launch.world_size),
+      collective_timeout_(options.collective_timeout),
+      device_(device) {
+  backend_name_ = options.backend;
+  if (backend_name_ == "auto") backend_name_ = device.is_cuda() ? "nccl" : "gloo";
+  DDP_CHECK(backend_name_ != "nccl" || device.is_cuda(), "the NCCL backend needs a CUDA device, this rank has " + device.str(),
+            "use --backend gloo for CPU training, or --device cuda");
+
+  store_ = rendezvous(launch, options.rendezvous_timeout);
+  auto backend_store = c10::make_intrusive<c10d::PrefixStore>(backend_name_, store_);
+  const auto start = Clock::now();
+  try {
+    if (backend_name_ == "gloo") {
+      auto gloo = c10d::ProcessGroupGloo::Options::create(options.collective_timeout);
+      if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"))
+        gloo->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(ifname));
+      else if (is_loopback(launch.master_addr))
+        gloo->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+      else
+        gloo->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+      backend_ = c10::make_intrusive<c10d::ProcessGroupGloo>(backend_store, rank_, size_, gloo);
+    } else {
+#ifdef DDPW_HAVE_NCCL
+      auto nccl = c10d::ProcessGroupNCCL::Options::create();
+      nccl->timeout = options.collective_timeout;
+      backend_ = c10::make_intrusive<c10d::ProcessGroupNCCL>(backend_store, rank_, size_, nccl);
+#else
+      throw Error("this build has no NCCL backend (LibTorch " DDPW_TORCH_VERSION " without CUDA)",
+                  "build against a CUDA-enabled LibTorch, or use --backend gloo");
+#endif
+    }
+  } catch (const c10::Error& e) {
+    throw Error("rank " + std::to_string(rank_) + " could not connect the " + backend_name_ + " backend after " +
+                    fmt_seconds(std::chrono::duration<double>(Clock::now() - start).count()) + ": " +
+                    e.what_without_backtrace(),
+                "a rank failed to start, or the ranks cannot reach each other (GLOO_SOCKET_IFNAME / "
+                "NCCL_SOCKET_IFNAME name the network interface to use)");
+  }
+  // Every rank arrives here or the group fails now, not at the first training step.
+  barrier("the first collective after joining the group");
+}
+
+ProcessGroup::~ProcessGroup() = default;
+
+c10::intrusive_ptr<c10d::Work> ProcessGroup::allreduce_sum_async(std::vector<torch::Tensor>& tensors) {
+  c10d::AllreduceOptions options;
+  options.reduceOp = c10d::ReduceOp::SUM;  // Gloo has no AVG: callers divide
+  return backend_->allreduce(tensors, options);
+}
+
+void ProcessGroup::wait(const c10::intrusive_ptr<c10d::Work>& work, const std::string& what) {
+  const auto start = Clock::now();
+  try {
+    work->wait(collective_timeout_);
+  } catch (const std::exception& e) {
+    std::string why = e.what();
+    if (const auto* ce = dynamic_cast<const c10::Error*>(&e)) why = ce->what_without_backtrace();
+    const double waited = std::chrono::duration<double>(Clock::now() - start).count();
+    throw Error(what + " failed on rank " + std::to_string(rank_) + " of " + std::to_string(size_) + " after waiting " +
+                    fmt_seconds(waited) + " (timeout " + fmt_seconds(seconds(collective_timeout_)) + "): " + why,
+                "another rank probably died or hangs: look for its first error above; "
+                "--collective-timeout sets the wait");
+  }
+}
+
+void ProcessGroup::allreduce_sum(torch::Tensor& tensor, const std::string& what) {
+  std::vector<torch::Tensor> tensors{tensor};
+  wait(allreduce_sum_async(tensors), what);
+}
+
+void ProcessGroup::broadcast(std::vector<torch::Tensor>& tensors, int root, const std::string& what) {
+  c10d::BroadcastOptions options;
+  options.rootRank = root;
+  wait(backend_->broadcast(tensors, options), what);
+}
+
+void ProcessGroup::barrier(const std::string& what) {
+  auto token = torch::zeros({1}, torch::TensorOptions().device(device_));
+  allreduce_sum(token, what);
+}
+
+std::vector<std::string> ProcessGroup::all_gather_strings(const std::string& mine) {
+  const std::string prefix = "ddpw/gather/" + std::to_string(gather_round_++) + "/";
+  store_->set(prefix + std::to_string(rank_), std::vector<uint8_t>(mine.begin(), mine.end()));
+  std::vector<std::string> all;
+  for (int r = 0; r < size_; ++r) {
+    try {
+      const auto bytes = store_->get(prefix + std::to_string(r));
+      all.emplace_back(bytes.begin(), bytes.end());
+    } catch (const c10::Error& e) {
+      throw Error("rank " + std::to_string(rank_) + " timed out waiting for rank " + std::to_string(r) +
+                      " to report: " + e.what_without_backtrace(),
+                  "that rank died or is stuck; look for its first error above");
+    }
+  }
+  return all;
+}
+
+bool any_rank(ProcessGroup* pg, bool mine) {
+  if (!pg) return mine;
+  auto flag = torch::tensor({mine ? 1.0f : 0.0f}).to(pg->device());
+  pg->allreduce_sum(flag, "stop agreement");
+  return flag.item<float>() > 0;
+}
+
+ProcessGroupOptions process_group_options(const Options& o) {
+  ProcessGroupOptions p;
+  p.backend = o.backend;
+  p.rendezvous_timeout = std::chrono::milliseconds(static_cast<int64_t>(o.rendezvous_timeout_s * 1000));
+  p.collective_timeout = std::chrono::milliseconds(static_cast<int64_t>(o.collective_timeout_s * 1000));
+  return p;
+}
+
+std::shared_ptr<ProcessGroup> init_process_group(const LaunchEnv& launch, const torch::Device& device,
+                                                 const ProcessGroupOptions& options) {
+  return std::make_shared<ProcessGroup>(launch, device, options);
+}
+
+}  // namespace ddp

@@ -1,0 +1,88 @@
+#include "ddp/run_report.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <sstream>
+
+#include "ddp/device.h"
+#include "ddp/process_group.h"
+
+namespace ddp {
+namespace {
+
+// Rows travel through the store as "field\tfield\t...".
+std::vector<std::string> split_tabs(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream in(s);
+  std::string field;
+  while (std::getline(in, field, '\t')) out.push_back(field);
+  return out;
+}
+
+void print_table(const std::vector<std::vector<std::string>>& rows) {
+  std::vector<size_t> width;
+  for (const auto& r : rows)
+    for (size_t i = 0; i < r.size(); ++i) {
+      if (width.size() <= i) width.push_back(0);
+      width[i] = std::max(width[i], r[i].size());
+    }
+  for (size_t k = 0; k < rows.size(); ++k) {
+    std::string line;
+    for (size_t i = 0; i < rows[k].size(); ++i)
+      line += (i ? " | " : "") + rows[k][i] + std::string(width[i] - rows[k][i].size(), ' ');
+    std::printf("%s\n", line.c_str());
+    if (k == 0) {
+      std::string rule;
+      for (size_t i = 0; i < width.size(); ++i) rule += (i ? "-+-" : "") + std::string(width[i], '-');
+      std::printf("%s\n", rule.c_str());
+    }
+  }
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+std::string host_name() {
+  char buf[256] = {0};
+  ::gethostname(buf, sizeof buf - 1);
+  return buf;
+}
+
+void print_settings(const Options& o, const LaunchEnv& launch, const torch::Device& device, int threads, int global_rank) {
+  if (global_rank != 0) return;
+  std::vector<std::vector<std::string>> rows = {
+      {"setting", "value"},
+      {"launcher", launch.launcher},
+      {"world size", std::to_string(launch.world_size)},
+      {"ranks per node", std::to_string(launch.local_world_size)},
+      {"rendezvous", launch.init_method.empty() ? launch.master_addr + ":" + std::to_string(launch.master_port)
+                                                : launch.init_method},
+      {"device (rank 0)", device_name(device)},
+      {"threads per rank", std::to_string(threads)},
+      {"dataset", o.dataset + (o.data_dir.empty() ? "" : " (" + o.data_dir + ")")},
+      {"epochs / save every", std::to_string(o.total_epochs) + " / " + std::to_string(o.save_every)},
+      {"batch size per rank", std::to_string(o.batch_size)},
+      {"global batch size", std::to_string(o.batch_size * launch.world_size)},
+      {"seed", std::to_string(o.seed)},
+      {"snapshot", o.snapshot_path},
+      {"metrics", o.metrics_path.empty() ? "(none)" : o.metrics_path},
+      {"LibTorch", DDPW_TORCH_VERSION},
+  };
+  print_table(rows);
+}
+
+void print_rank_table(ProcessGroup* pg, const LaunchEnv& launch, const torch::Device& device,
+                      const std::vector<std::pair<std::string, std::string>>& extra) {
+  std::string mine = std::to_string(launch.global_rank) + "\t" + host_name() + "\t" + std::to_string(launch.local_rank) +
+                     "\t" + device_name(device);
+  for (const auto& [name, value] : extra) mine += "\t" + (value.empty() ? std::string("-") : value);
+  const auto all = pg ? pg->all_gather_strings(mine) : std::vector<std::string>{mine};
+  if (launch.global_rank != 0) return;
+  std::vector<std::vector<std::string>> rows{{"rank", "host", "local rank", "device"}};
+  for (const auto& [name, value] : extra) rows[0].push_back(name);
+  for (const auto& row : all) rows.push_back(split_tabs(row));
+  print_table(rows);
+}
+
+}  // namespace ddp

@@ -1,0 +1,232 @@
+#include "ddp/snapshot.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <array>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "ddp/error.h"
+
+#ifdef DDPW_HAVE_CUDA
+#include <ATen/cuda/CUDAGeneratorImpl.h>
+#endif
+
+namespace ddp {
+namespace {
+
+// File layout: magic, version, payload size, CRC-32 of the payload, payload (a LibTorch archive).
+// LibTorch's own loader checks neither bytes nor shapes: a flipped byte or another model would load.
+constexpr char kMagic[8] = {'D', 'D', 'P', 'W', 'S', 'N', 'A', 'P'};
+constexpr uint32_t kVersion = 1;
+constexpr size_t kHeaderSize = 8 + 4 + 8 + 4;
+
+uint32_t crc32(const std::string& data) {
+  static const auto table = [] {
+    std::array<uint32_t, 256> t{};
+    for (uint32_t i = 0; i < 256; ++i) {
+      uint32_t c = i;
+      for (int k = 0; k < 8; ++k) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+      t[i] = c;
+    }
+    return t;
+  }();
+  uint32_t c = 0xFFFFFFFFu;
+  for (unsigned char byte : data) c = table[(c ^ byte) & 0xFF] ^ (c >> 8);
+  return c ^ 0xFFFFFFFFu;
+}
+
+template <typename T>
+void put(std::string& out, T value) {
+  out.append(reinterpret_cast<const char*>(&value), sizeof value);
+}
+template <typename T>
+T take(const std::string& in, size_t offset) {
+  T value;
+  std::memcpy(&value, in.data() + offset, sizeof value);
+  return value;
+}
+
+Error snapshot_error(const std::string& path, const std::string& why) {
+  return Error("snapshot '" + path + "' " + why + "; it was left untouched",
+               "restore a good copy, or start again with --fresh (or another --snapshot path)");
+}
+
+void write_all(int fd, const std::string& data, const std::string& path) {
+  size_t done = 0;
+  while (done < data.size()) {
+    const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) throw Error("cannot write '" + path + "': " + std::strerror(errno), "check free space and quota (df -h, quota)");
+    done += static_cast<size_t>(n);
+  }
+}
+
+void write_tensors(torch::serialize::OutputArchive& archive, torch::nn::Module& model) {
+  int64_t count = 0;
+  for (const auto& p : model.named_parameters(true)) archive.write("model/" + p.key(), p.value()), ++count;
+  for (const auto& b : model.named_buffers(true)) archive.write("model/" + b.key(), b.value(), /*is_buffer=*/true), ++count;
+  archive.write("meta/model_tensors", torch::tensor(count));
+}
+
+int64_t read_int(torch::serialize::InputArchive& archive, const std::string& key, const std::string& path) {
+  torch::Tensor t;
+  if (!archive.try_read(key, t)) throw snapshot_error(path, "has no '" + key + "' (not a training snapshot)");
+  return t.item<int64_t>();
+}
+
+// Reads every parameter and buffer, refusing a tensor of another shape before anything is changed.
+void read_model(torch::serialize::InputArchive& archive, torch::nn::Module& model, const std::string& path) {
+  std::vector<std::pair<torch::Tensor, torch::Tensor>> loaded;  // (destination, value)
+  auto take_one = [&](const std::string& name, const torch::Tensor& dest, bool is_buffer) {
+    torch::Tensor value;
+    if (!archive.try_read("model/" + name, value, is_buffer))
+      throw snapshot_error(path, "has no tensor '" + name + "': it was written by another model");
+    if (value.sizes() != dest.sizes())
+      throw snapshot_error(path, "holds '" + name + "' of shape " + c10::str(value.sizes()) + " but the model's is " +
+                                     c10::str(dest.sizes()) + ": it was written by another model");
+    loaded.emplace_back(dest, value);
+  };
+  int64_t count = 0;
+  for (const auto& p : model.named_parameters(true)) take_one(p.key(), p.value(), false), ++count;
+  for (const auto& b : model.named_buffers(true)) take_one(b.key(), b.value(), true), ++count;
+  if (read_int(archive, "meta/model_tensors", path) != count)
+    throw snapshot_error(path, "holds a different number of tensors than the model: it was written by another model");
+  torch::NoGradGuard no_grad;
+  for (auto& [dest, value] : loaded) dest.copy_(value);
+}
+
+// Opens, checks and unpacks the file into an archive; nullopt if it does not exist.
+std::optional<torch::serialize::InputArchive> open_archive(const std::string& path, const torch::Device& device) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    if (!std::filesystem::exists(path)) return std::nullopt;
+    throw snapshot_error(path, "cannot be read (" + std::string(std::strerror(errno)) + ")");
+  }
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (bytes.size() < kHeaderSize) throw snapshot_error(path, "is truncated (" + std::to_string(bytes.size()) + " bytes)");
+  if (std::memcmp(bytes.data(), kMagic, sizeof kMagic) != 0)
+    throw snapshot_error(path, "is not a ddp-workshop snapshot (wrong magic bytes)");
+  if (take<uint32_t>(bytes, 8) != kVersion)
+    throw snapshot_error(path, "has format version " + std::to_string(take<uint32_t>(bytes, 8)) + ", expected " +
+                                   std::to_string(kVersion));
+  const auto size = take<uint64_t>(bytes, 12);
+  const auto crc = take<uint32_t>(bytes, 20);
+  if (bytes.size() - kHeaderSize != size)
+    throw snapshot_error(path, "is truncated or padded: " + std::to_string(bytes.size() - kHeaderSize) +
+                                   " bytes of data, the header says " + std::to_string(size));
+  std::string payload = bytes.substr(kHeaderSize);
+  if (crc32(payload) != crc) throw snapshot_error(path, "is corrupt (checksum mismatch)");
+  torch::serialize::InputArchive archive;
+  try {
+    std::istringstream stream(payload);
+    archive.load_from(stream, device);
+  } catch (const c10::Error& e) {
+    throw snapshot_error(path, std::string("cannot be unpacked: ") + e.what_without_backtrace());
+  }
+  return archive;
+}
+
+torch::Device device_of(torch::nn::Module& model) {
+  auto params = model.parameters();
+  return params.empty() ? torch::Device(torch::kCPU) : params.front().device();
+}
+
+}  // namespace
+
+void save_snapshot(const std::string& path, torch::nn::Module& model, torch::optim::Optimizer& optimizer,
+                   const TrainingState& state) {
+  torch::serialize::OutputArchive archive;
+  write_tensors(archive, model);
+  archive.write("meta/epochs_run", torch::tensor(state.epochs_run));
+  archive.write("meta/step_in_epoch", torch::tensor(state.step_in_epoch));
+  archive.write("meta/seed", torch::tensor(static_cast<int64_t>(state.seed)));
+  archive.write("meta/world_size", torch::tensor(state.world_size));
+  torch::serialize::OutputArchive optimizer_archive;
+  optimizer.save(optimizer_archive);
+  archive.write("optimizer", optimizer_archive);
+  // RNG state (dropout): a resumed run draws the same numbers as an uninterrupted one.
+  archive.write("rng/cpu", at::detail::getDefaultCPUGenerator().get_state());
+#ifdef DDPW_HAVE_CUDA
+  if (device_of(model).is_cuda())
+    archive.write("rng/cuda", at::cuda::detail::getDefaultCUDAGenerator(device_of(model).index()).get_state());
+#endif
+  std::ostringstream payload_stream;
+  archive.save_to(payload_stream);
+  const std::string payload = payload_stream.str();
+  std::string file(kMagic, sizeof kMagic);
+  put<uint32_t>(file, kVersion);
+  put<uint64_t>(file, payload.size());
+  put<uint32_t>(file, crc32(payload));
+  file += payload;
+
+  // Temp file in the same folder, fsync, rename over the old one, fsync the folder: a crash at
+  // any moment leaves either the old snapshot or the new one, never a torn file.
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) throw Error("cannot create '" + tmp + "': " + std::strerror(errno), "choose a writable --snapshot path");
+  try {
+    write_all(fd, file, tmp);
+    if (::fsync(fd) != 0) throw Error("cannot flush '" + tmp + "': " + std::strerror(errno), "check the filesystem");
+  } catch (...) {
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    throw;
+  }
+  ::close(fd);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const std::string why = std::strerror(errno);
+    ::unlink(tmp.c_str());
+    throw Error("cannot replace '" + path + "': " + why, "choose a writable --snapshot path");
+  }
+  std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  const int dfd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
+  }
+}
+
+std::optional<TrainingState> load_snapshot(const std::string& path, torch::nn::Module& model,
+                                           torch::optim::Optimizer& optimizer) {
+  auto archive = open_archive(path, device_of(model));
+  if (!archive) return std::nullopt;
+  read_model(*archive, model, path);
+  TrainingState state;
+  state.epochs_run = read_int(*archive, "meta/epochs_run", path);
+  state.step_in_epoch = read_int(*archive, "meta/step_in_epoch", path);
+  state.seed = static_cast<uint64_t>(read_int(*archive, "meta/seed", path));
+  state.world_size = read_int(*archive, "meta/world_size", path);
+  torch::serialize::InputArchive optimizer_archive;
+  if (!archive->try_read("optimizer", optimizer_archive)) throw snapshot_error(path, "has no optimizer state");
+  try {
+    optimizer.load(optimizer_archive);
+  } catch (const c10::Error& e) {
+    throw snapshot_error(path, std::string("holds optimizer state that does not fit this optimizer: ") + e.what_without_backtrace());
+  }
+  torch::Tensor rng;
+  if (archive->try_read("rng/cpu", rng)) {
+    at::Generator cpu = at::detail::getDefaultCPUGenerator();  // a handle: setting it sets the global one
+    cpu.set_state(rng.cpu());
+  }
+#ifdef DDPW_HAVE_CUDA
+  if (device_of(model).is_cuda() && archive->try_read("rng/cuda", rng)) {
+    at::Generator cuda = at::cuda::detail::getDefaultCUDAGenerator(device_of(model).index());
+    cuda.set_state(rng.cpu());
+  }
+#endif
+  return state;
+}
+
+void load_model_weights(const std::string& path, torch::nn::Module& model) {
+  auto archive = open_archive(path, device_of(model));
+  if (!archive) throw Error("snapshot '" + path + "' does not exist", "train first, or check the path");
+  read_model(*archive, model, path);
+}
+
+}  // namespace ddp

@@ -1,0 +1,153 @@
+#include "ddp/spawn.h"
+
+#include <signal.h>
+#include <spawn.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ddp/error.h"
+
+extern char** environ;
+
+namespace ddp {
+namespace {
+
+constexpr const char* kRankVar = "DDPW_SPAWN_RANK";
+constexpr const char* kParentVar = "DDPW_SPAWN_PARENT";
+
+// The children, for the signal handler that passes signals on.
+constexpr int kMaxChildren = 1024;
+volatile sig_atomic_t g_child_count = 0;
+pid_t g_children[kMaxChildren];
+
+void forward_signal(int sig) {
+  for (int i = 0; i < g_child_count; ++i)
+    if (g_children[i] > 0) ::kill(g_children[i], sig);
+}
+
+std::vector<std::string> own_arguments() {
+  std::ifstream in("/proc/self/cmdline", std::ios::binary);
+  std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<std::string> args;
+  size_t start = 0;
+  for (size_t i = 0; i < all.size(); ++i) {
+    if (all[i] == '\0') {
+      args.push_back(all.substr(start, i - start));
+      start = i + 1;
+    }
+  }
+  return args;
+}
+
+std::string describe_status(int status) {
+  if (WIFEXITED(status)) return "exited with code " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status))
+    return std::string("was killed by signal ") + std::to_string(WTERMSIG(status)) + " (" +
+           strsignal(WTERMSIG(status)) + ")";
+  return "ended with status " + std::to_string(status);
+}
+
+pid_t start_worker(int rank, const std::vector<std::string>& args) {
+  std::vector<std::string> env_strings;
+  for (char** e = environ; e && *e; ++e) {
+    if (std::strncmp(*e, kRankVar, std::strlen(kRankVar)) == 0) continue;
+    if (std::strncmp(*e, kParentVar, std::strlen(kParentVar)) == 0) continue;
+    env_strings.emplace_back(*e);
+  }
+  env_strings.push_back(std::string(kRankVar) + "=" + std::to_string(rank));
+  env_strings.push_back(std::string(kParentVar) + "=" + std::to_string(::getpid()));
+  std::vector<char*> envp, argv;
+  for (auto& s : env_strings) envp.push_back(s.data());
+  envp.push_back(nullptr);
+  std::vector<std::string> args_copy = args;
+  for (auto& s : args_copy) argv.push_back(s.data());
+  argv.push_back(nullptr);
+
+  pid_t pid = 0;
+  const int rc = ::posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, argv.data(), envp.data());
+  if (rc != 0)
+    throw Error("cannot start worker " + std::to_string(rank) + ": " + std::strerror(rc),
+                "check the process limit (ulimit -u) and that the program file still exists");
+  return pid;
+}
+
+int run_parent(int nprocs) {
+  if (nprocs > kMaxChildren) throw Error("too many workers", "use at most 1024");
+  const auto args = own_arguments();
+  struct sigaction sa {};
+  sa.sa_handler = forward_signal;
+  sigemptyset(&sa.sa_mask);
+  for (int sig : {SIGINT, SIGTERM, SIGUSR1, SIGHUP}) ::sigaction(sig, &sa, nullptr);
+
+  std::vector<pid_t> pids;
+  for (int rank = 0; rank < nprocs; ++rank) {
+    pids.push_back(start_worker(rank, args));
+    g_children[rank] = pids.back();
+    g_child_count = rank + 1;
+  }
+
+  int running = nprocs, exit_code = kExitOk;
+  std::string failure;
+  std::chrono::steady_clock::time_point kill_deadline{};
+  while (running > 0) {
+    int status = 0;
+    const pid_t pid = ::waitpid(-1, &status, failure.empty() ? 0 : WNOHANG);
+    if (pid < 0 && errno == EINTR) continue;
+    if (pid < 0) break;
+    if (pid == 0) {  // others still running after a failure: SIGKILL them when the grace is over
+      if (std::chrono::steady_clock::now() > kill_deadline) forward_signal(SIGKILL);
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      continue;
+    }
+    int rank = -1;
+    for (int r = 0; r < nprocs; ++r)
+      if (pids[r] == pid) rank = r, g_children[r] = -1;
+    if (rank < 0) continue;
+    --running;
+    const bool requeue = WIFEXITED(status) && WEXITSTATUS(status) == kExitRequeue;
+    if (requeue && exit_code == kExitOk) exit_code = kExitRequeue;
+    if ((WIFEXITED(status) && WEXITSTATUS(status) == 0) || requeue) continue;
+    if (failure.empty()) {
+      failure = "worker rank " + std::to_string(rank) + " (pid " + std::to_string(pid) + ") " +
+                describe_status(status);
+      exit_code = kExitError;
+      forward_signal(SIGTERM);  // the others: end now, with a few seconds to say why
+      kill_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    }
+  }
+  g_child_count = 0;
+  if (!failure.empty()) {
+    std::fprintf(stderr, "spawn: %s; the other workers were stopped\n", failure.c_str());
+    std::fflush(stderr);
+  }
+  return exit_code;
+}
+
+}  // namespace
+
+bool is_spawned_worker() { return std::getenv(kRankVar) != nullptr; }
+
+int spawn(int nprocs, const std::function<int(int rank)>& worker) {
+  if (const char* rank = std::getenv(kRankVar)) {
+    // End with the parent: a worker must never outlive the job that started it.
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    const char* parent = std::getenv(kParentVar);
+    if (parent && std::to_string(::getppid()) != parent) return kExitError;  // parent already gone
+    return worker(std::atoi(rank));
+  }
+  return run_parent(nprocs);
+}
+
+}  // namespace ddp

@@ -1,0 +1,19 @@
+// defines: spawn — the mp.spawn analogue. The parent re-executes this very program once per rank
+//          (never fork() after LibTorch has run: a forked child deadlocks in OpenMP), waits for
+//          all of them, and if one fails ends the others and reports which rank failed and why.
+#pragma once
+
+#include <functional>
+
+namespace ddp {
+
+// In the parent: starts `nprocs` workers running this program with the same arguments, each
+// told its rank through the environment, and returns 0 when all succeed, 75 when they stopped
+// for a requeue (SIGTERM/SIGUSR1), else 1. Signals sent to the parent are passed on.
+// In a worker: returns worker(rank).
+int spawn(int nprocs, const std::function<int(int rank)>& worker);
+
+// True in a process that spawn() started.
+bool is_spawned_worker();
+
+}  // namespace ddp

@@ -1,0 +1,12 @@
+// defines: the stop request — SIGTERM, SIGINT or SIGUSR1 (as sent by `sbatch --signal=B:USR1@N`)
+//          asks the trainer to write a snapshot at the next step boundary and exit with
+//          kExitRequeue, which the batch script turns into `scontrol requeue`.
+#pragma once
+
+namespace ddp {
+
+void install_stop_signal_handlers();
+bool stop_requested();
+int stop_signal();  // the signal that asked, 0 if none
+
+}  // namespace ddp

@@ -1,0 +1,94 @@
+#include "ddp/workload.h"
+
+#include <cmath>
+
+#include "ddp/adadelta.h"
+#include "ddp/error.h"
+#include "ddp/idx.h"
+#include "ddp/process_group.h"
+
+namespace ddp {
+namespace {
+
+template <typename M, typename... Args>
+std::function<std::shared_ptr<Model>(torch::Device)> seeded_model(uint64_t seed, Args... args) {
+  return [=](torch::Device device) -> std::shared_ptr<Model> {
+    torch::manual_seed(seed);
+    auto model = std::make_shared<M>(args...);
+    model->to(device);
+    return model;
+  };
+}
+
+Workload synthetic(const Options& o) {
+  Workload w;
+  w.name = "synthetic";
+  w.train = make_synthetic_dataset(2048, 20, o.seed);
+  w.test = make_synthetic_dataset(512, 20, o.seed + 1000);  // same map, other samples
+  w.make_model = seeded_model<LinearRegressor>(o.seed, int64_t{20});
+  const double lr = o.lr > 0 ? o.lr : 1e-2;
+  w.make_optimizer = [lr](Model& m) {
+    return std::make_unique<torch::optim::SGD>(m.parameters(), torch::optim::SGDOptions(lr));
+  };
+  w.loss = [](const torch::Tensor& out, const torch::Tensor& target) { return torch::mse_loss(out, target); };
+  w.learning_rate = [lr](int64_t) { return lr; };
+  return w;
+}
+
+Workload images(const Options& o) {
+  Workload w;
+  w.name = o.dataset;
+  const bool fashion = o.dataset == "fashion-mnist";
+  const std::string dir =
+      !o.data_dir.empty() ? o.data_dir : (fashion ? "/usr/share/datasets/fashion-mnist" : "data/mnist");
+  // Per-dataset normalisation (mean, std of the training images), as the seeds' transforms do.
+  const double mean = fashion ? 0.2860 : 0.1307, std = fashion ? 0.3530 : 0.3081;
+  w.train = load_idx_dataset(dir, Split::kTrain, mean, std);
+  w.test = load_idx_dataset(dir, Split::kTest, mean, std);
+  w.classification = true;
+  w.make_model = seeded_model<MnistCnn>(o.seed);
+  const double lr = o.lr > 0 ? o.lr : 1.0, gamma = o.gamma;
+  w.make_optimizer = [lr](Model& m) { return std::make_unique<Adadelta>(m.parameters(), lr); };
+  w.loss = [](const torch::Tensor& out, const torch::Tensor& target) { return torch::nll_loss(out, target); };
+  w.learning_rate = [lr, gamma](int64_t epoch) { return lr * std::pow(gamma, static_cast<double>(epoch)); };
+  return w;
+}
+
+}  // namespace
+
+Workload make_workload(const Options& options) {
+  if (options.dataset == "synthetic") return synthetic(options);
+  return images(options);
+}
+
+void set_learning_rate(torch::optim::Optimizer& optimizer, double lr) {
+  for (auto& group : optimizer.param_groups()) group.options().set_lr(lr);
+}
+
+EvalResult evaluate(Model& model, const Workload& workload, int64_t batch_size, torch::Device device,
+                    ProcessGroup* pg, int rank, int world_size) {
+  torch::NoGradGuard no_grad;
+  model.eval();
+  // Every rank takes every world_size-th test sample (no padding: each sample counts once).
+  const auto shard = torch::arange(rank, workload.test.size(), world_size, torch::kInt64);
+  double loss_sum = 0, correct = 0;
+  for (int64_t start = 0; start < shard.size(0); start += batch_size) {
+    const auto idx = shard.narrow(0, start, std::min(batch_size, shard.size(0) - start));
+    Batch b = workload.test.gather(idx);
+    auto out = model.forward(b.input.to(device));
+    auto target = b.target.to(device);
+    loss_sum += workload.loss(out, target).item<double>() * static_cast<double>(idx.size(0));
+    if (workload.classification) correct += out.argmax(1).eq(target).sum().item<double>();
+  }
+  model.train();
+  auto totals = torch::tensor({loss_sum, correct, static_cast<double>(shard.size(0))}, torch::kFloat64).to(device);
+  if (pg) pg->allreduce_sum(totals, "evaluation (sum of test loss and accuracy over ranks)");
+  totals = totals.cpu();
+  EvalResult r;
+  r.samples = static_cast<int64_t>(totals[2].item<double>());
+  r.loss = totals[0].item<double>() / std::max<double>(1.0, static_cast<double>(r.samples));
+  r.accuracy = workload.classification ? totals[1].item<double>() / std::max<double>(1.0, static_cast<double>(r.samples)) : 0.0;
+  return r;
+}
+
+}  // namespace ddp

@@ -1,0 +1,23 @@
+// defines: the checks `hello` runs before it joins the process group, so that a launch mistake
+//          fails in seconds with the setting to fix instead of hanging in the first collective:
+//          wait_for_master (a TCP connect to MASTER_ADDR:MASTER_PORT) and check_init_file.
+//          Plain POSIX, no LibTorch.
+#pragma once
+
+#include <chrono>
+#include <string>
+
+#include "ddp/launch_env.h"
+
+namespace diagnostics {
+
+// Connects to launch.master_addr:master_port until it accepts, retrying while rank 0 has not
+// started listening yet (connection refused, timeouts), for at most `timeout`. Returns the seconds
+// it waited; throws ddp::Error naming host:port, the last reason and the likely fix. Rank 0 serves
+// the rendezvous, so only the other ranks call this.
+double wait_for_master(const ddp::LaunchEnv& launch, std::chrono::milliseconds timeout);
+
+// For --init-method file:///path: the folder exists and this rank may create files in it.
+void check_init_file(const std::string& init_method);
+
+}  // namespace diagnostics

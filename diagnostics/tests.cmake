@@ -1,0 +1,93 @@
+# The diagnostics' tests: real launches of 2-3 ranks on this machine (CPU, Gloo, loopback), checked
+# by exit code, output and time (diagnostics/expect.sh). Included from tests/CMakeLists.txt.
+# Each test has its own MASTER_PORT (296xx) so that ctest -j runs them side by side.
+
+set(_expect "${PROJECT_SOURCE_DIR}/diagnostics/expect.sh")
+
+find_program(DDPW_MPIRUN mpirun)
+find_program(DDPW_TORCHRUN torchrun HINTS "$ENV{HOME}/.cache/ddp-workshop/venv/bin")
+if(NOT DDPW_MPIRUN)
+  message(WARNING "mpirun was not found: the diagnostics' mpirun tests are NOT registered "
+                  "(apt-get install openmpi-bin, or module load openmpi)")
+endif()
+if(NOT DDPW_TORCHRUN)
+  message(WARNING "torchrun was not found: the diagnostics' torchrun test is NOT registered "
+                  "(run scripts/setup.sh, or put a torch environment's bin on PATH)")
+endif()
+
+# A lone rank 1 whose master never listens: fails within the rendezvous timeout (3 s), having
+# retried for it, and names host:port.
+add_test(NAME diagnostics.hello.master_not_listening
+  COMMAND "${_expect}" --exit 1 --within 20
+          -e "could not reach the master 127\\.0\\.0\\.1:29619 within 3\\.[0-9] s: Connection refused"
+          -- env RANK=1 WORLD_SIZE=2 $<TARGET_FILE:hello> --device cpu
+             --master-addr 127.0.0.1 --master-port 29619 --rendezvous-timeout 3)
+
+# A master name that cannot exist (.invalid, RFC 6761): fails at once, naming it.
+add_test(NAME diagnostics.hello.master_unresolvable
+  COMMAND "${_expect}" --exit 1 --within 60
+          -e "no-such-host\\.invalid:29620: cannot resolve the host name"
+          -- env RANK=1 WORLD_SIZE=2 $<TARGET_FILE:hello> --device cpu
+             --master-addr no-such-host.invalid --master-port 29620 --rendezvous-timeout 30)
+
+# Bad sweep options are usage errors (exit 2), before any rank starts communicating.
+add_test(NAME diagnostics.allreduce_check.bad_size
+  COMMAND "${_expect}" --exit 2 --within 20 -e "multiples of 4 B"
+          -- $<TARGET_FILE:allreduce_check> --device cpu --min-bytes 6)
+
+if(DDPW_MPIRUN)
+  set(_mpirun "${DDPW_MPIRUN}" --allow-run-as-root --oversubscribe)
+
+  add_test(NAME diagnostics.hello.mpirun_2_ranks
+    COMMAND "${_expect}" --exit 0 --within 60
+            -e "^# hello: openmpi: rank 0 of 2"
+            -e "^0 +[^ ]+ +[0-9]+ +0 of 2 +cpu "
+            -e "^1 +[^ ]+ +[0-9]+ +1 of 2 +cpu "
+            -e "^#   NCCL_DEBUG=INFO \\(all ranks\\)$"
+            -e "^OK: 2 of 2 ranks reported$"
+            -- ${_mpirun} -np 2 -x NCCL_DEBUG=INFO
+               $<TARGET_FILE:hello> --device cpu --master-addr 127.0.0.1 --master-port 29611)
+
+  # Both ranks claim local rank 0 (a launch bug): every rank reports, and the run fails naming it.
+  add_test(NAME diagnostics.hello.duplicate_local_rank
+    COMMAND "${_expect}" --exit 1 --within 60
+            -e "^# FAILED: ranks 0-1 both claim .*local rank 0 of 2"
+            -e "^FAILED: 2 of 2 ranks reported$"
+            -- ${_mpirun} -np 2 sh -c
+               "RANK=$OMPI_COMM_WORLD_RANK WORLD_SIZE=2 LOCAL_RANK=0 exec \"$0\" --device cpu --master-addr 127.0.0.1 --master-port 29621"
+               $<TARGET_FILE:hello>)
+
+  add_test(NAME diagnostics.allreduce_check.mpirun_2_ranks
+    COMMAND "${_expect}" --exit 0 --within 120
+            -e "^# LibTorch .*, backend gloo"
+            -e "^ +8 +2 +float +sum +[0-9.]+ +[0-9.]+ +[0-9.]+ +0$"
+            -e "^ +4194304 +1048576 +float +sum +[0-9.]+ +[0-9.]+ +[0-9.]+ +0$"
+            -e "^# Out of bounds values : 0 OK$"
+            -e "^# memcpy bandwidth +: [0-9.]+ GB/s"
+            -e "^OK$"
+            -- ${_mpirun} -np 2 $<TARGET_FILE:allreduce_check> --device cpu --max-bytes 4M --iters 5 --warmup 2
+               --master-addr 127.0.0.1 --master-port 29612)
+
+  # Three ranks: an odd world size for the pattern and the 2(n-1)/n bus factor.
+  add_test(NAME diagnostics.allreduce_check.mpirun_3_ranks
+    COMMAND "${_expect}" --exit 0 --within 120
+            -e "n = 3"
+            -e "^ +1048576 +262144 +float +sum +[0-9.]+ +[0-9.]+ +[0-9.]+ +0$"
+            -e "^OK$"
+            -- ${_mpirun} -np 3 $<TARGET_FILE:allreduce_check> --device cpu --min-bytes 16 --factor 4 --max-bytes 1M --iters 3
+               --warmup 1 --master-addr 127.0.0.1 --master-port 29613)
+endif()
+
+if(DDPW_TORCHRUN)
+  # torchrun picks a free port itself (--standalone).
+  add_test(NAME diagnostics.hello.torchrun_2_ranks
+    COMMAND "${_expect}" --exit 0 --within 90
+            -e "^# hello: torchrun: rank 0 of 2"
+            -e "^1 +[^ ]+ +[0-9]+ +1 of 2 +cpu "
+            -e "^OK: 2 of 2 ranks reported$"
+            -- "${DDPW_TORCHRUN}" --standalone --nproc_per_node=2 --no-python $<TARGET_FILE:hello> --device cpu)
+endif()
+
+get_property(_diagnostics_tests DIRECTORY PROPERTY TESTS)
+list(FILTER _diagnostics_tests INCLUDE REGEX "^diagnostics\\.")
+set_tests_properties(${_diagnostics_tests} PROPERTIES LABELS integration TIMEOUT 180)

@@ -1,0 +1,50 @@
+// defines: run_ranks — runs a test body as N real processes (this test binary re-executed once per
+//          rank by ddp::spawn, with the same --gtest_filter), meeting through a fresh FileStore.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <functional>
+#include <string>
+
+#include "ddp/error.h"
+#include "ddp/launch_env.h"
+#include "ddp/process_group.h"
+#include "ddp/spawn.h"
+
+namespace ddp_test {
+
+// In the test process: spawns n ranks and returns their combined exit code. In a rank: runs
+// body(rank, group) and returns its exit code (0 = the rank's checks passed).
+inline int run_ranks(int n, const std::function<int(int rank, std::shared_ptr<ddp::ProcessGroup> pg)>& body,
+                     std::chrono::seconds timeout = std::chrono::seconds(60)) {
+  if (!ddp::is_spawned_worker()) {
+    char dir[] = "/tmp/ddpw-test-XXXXXX";
+    if (!::mkdtemp(dir)) return 1;
+    ::setenv("DDPW_TEST_STORE", (std::string(dir) + "/store").c_str(), 1);
+    const int rc = ddp::spawn(n, nullptr);
+    std::filesystem::remove_all(dir);
+    return rc;
+  }
+  return ddp::spawn(n, [&](int rank) {
+    return ddp::run_main(
+        [&] {
+          ddp::LaunchEnv launch;
+          launch.global_rank = launch.local_rank = rank;
+          launch.world_size = launch.local_world_size = n;
+          launch.init_method = std::string("file://") + ::getenv("DDPW_TEST_STORE");
+          ddp::ProcessGroupOptions options;
+          options.rendezvous_timeout = options.collective_timeout = timeout;
+          auto pg = ddp::init_process_group(launch, torch::Device(torch::kCPU), options);
+          return body(rank, pg);
+        },
+        "[rank " + std::to_string(rank) + "]");
+  });
+}
+
+}  // namespace ddp_test

@@ -1,0 +1,158 @@
+#!/bin/bash
+# defines: cluster-up.sh — a throw-away Slurm cluster on THIS machine for the tests (root, no systemd).
+#   single DIR       one node (this host), daemons in the root namespaces, loopback only.
+#   netns  DIR [N]   N nodes node1..nodeN (default 2), each slurmd in its own network namespace on a
+#                    private bridge (10.77.0.0/24), with its own hostname and /etc/hosts.
+# Every node has 64 CPUs, 256 GB and 4 GPUs *for Slurm's bookkeeping only* (gres files are /dev/null
+# clones), so the sites' #SBATCH lines (--cpus-per-task=40, --mem=32G, --gpus-per-node=2) are accepted.
+# MUNGE runs privately (own key and socket under DIR); nothing under /etc is touched.
+# Afterwards: source DIR/env (sets SLURM_CONF); tear down with cluster-down.sh DIR.
+set -euo pipefail
+
+mode=${1:?usage: cluster-up.sh single|netns DIR [NNODES]}
+dir=${2:?usage: cluster-up.sh single|netns DIR [NNODES]}
+nodes=${3:-2}
+cpus=64 memory_mb=256000 gpus=4
+subnet=10.77.0           # netns mode: controller .1, nodeI .(10+I)
+bridge=ddpwbr0 netns_prefix=ddpw-node veth_prefix=ddpwv
+
+die() { echo "cluster-up: $*" >&2; exit 1; }
+[ "$(id -u)" = 0 ] || die "needs root (daemons, namespaces)"
+for tool in slurmctld slurmd munged mungekey sinfo; do
+  command -v "$tool" >/dev/null || [ -x "/usr/sbin/$tool" ] || die "$tool not found: apt-get install slurm-wlm munge"
+done
+case $mode in
+  single) nodes=1 ;;
+  netns) [[ $nodes =~ ^[1-9]$ ]] || die "NNODES must be 1-9, got '$nodes'"
+         ! ip link show "$bridge" >/dev/null 2>&1 ||
+           die "bridge $bridge exists: another test cluster is up (cluster-down.sh on its DIR removes it)" ;;
+  *) die "MODE must be single or netns, got '$mode'" ;;
+esac
+dir=$(mkdir -p "$dir" && cd "$dir" && pwd)
+mkdir -p "$dir"/{etc,state,log,spool,tmp,dev,munge}
+chmod 0700 "$dir/munge"
+echo "$mode" > "$dir/mode"
+
+# A TCP port nobody listens on (the controller's, and slurmd's in single mode).
+free_port() {
+  local port
+  for port in $(shuf -i 20000-29999 -n 200); do
+    ss -Htln "sport = :$port" | grep -q . || { echo "$port"; return; }
+  done
+  die "no free TCP port found"
+}
+
+# ---- MUNGE: a private daemon, key and socket (Slurm is told via AuthInfo=socket=...)
+socket=$dir/munge/munge.socket
+mungekey --create --keyfile="$dir/munge/munge.key" 2>/dev/null
+/usr/sbin/munged --force --socket="$socket" --key-file="$dir/munge/munge.key" \
+  --pid-file="$dir/munge/munged.pid" --log-file="$dir/log/munged.log" --seed-file="$dir/munge/munged.seed"
+for _ in $(seq 50); do [ -S "$socket" ] && break; sleep 0.1; done
+[ -S "$socket" ] || die "munged did not start (see $dir/log/munged.log)"
+cp "$dir/munge/munged.pid" "$dir/munged.pid"
+
+# ---- network
+host=$(hostname -s)
+if [ "$mode" = netns ]; then
+  ctl_addr=$subnet.1
+  # Guard first, never removed: traffic for 10.77/16 that is not on our bridge fails here
+  # ("No route to host") instead of following the default route off the machine.
+  ip route show | grep -q '^unreachable 10.77.0.0/16' || ip route add unreachable 10.77.0.0/16
+  ip link add "$bridge" type bridge && echo "$bridge" > "$dir/bridge"
+  ip addr add "$ctl_addr/24" dev "$bridge"
+  ip link set "$bridge" up
+  for i in $(seq "$nodes"); do
+    ip netns add "$netns_prefix$i" && echo "$netns_prefix$i" >> "$dir/netns"
+    ip link add "$veth_prefix$i" type veth peer name eth0 netns "$netns_prefix$i"
+    echo "$veth_prefix$i" >> "$dir/veths"
+    ip link set "$veth_prefix$i" master "$bridge" up
+    ip -n "$netns_prefix$i" addr add "$subnet.$((10 + i))/24" dev eth0
+    ip -n "$netns_prefix$i" link set eth0 up
+    ip -n "$netns_prefix$i" link set lo up
+  done
+  { echo "127.0.0.1 localhost"; echo "$ctl_addr $host"
+    for i in $(seq "$nodes"); do echo "$subnet.$((10 + i)) node$i"; done; } > "$dir/etc/hosts"
+  node_names=$(for i in $(seq "$nodes"); do printf 'node%s ' "$i"; done)
+else
+  ctl_addr=127.0.0.1
+  node_names=$host
+fi
+
+# ---- fake GPUs: character devices like /dev/null, enough for Slurm to count and hand them out
+for g in $(seq 0 $((gpus - 1))); do
+  [ -e "$dir/dev/gpu$g" ] || mknod "$dir/dev/gpu$g" c 1 3
+done
+
+# ---- configuration
+ctl_port=$(free_port)
+slurmd_port=6818; [ "$mode" = single ] && slurmd_port=$(free_port)
+cat > "$dir/etc/slurm.conf" <<CONF
+ClusterName=ddpwtest
+SlurmctldHost=$host($ctl_addr)
+SlurmctldPort=$ctl_port
+SlurmdPort=$slurmd_port
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+CredType=cred/munge
+# cred_expire also sets how long a requeued job waits before it may start again
+AuthInfo=socket=$socket,cred_expire=10
+MpiDefault=none
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/none
+SchedulerType=sched/backfill
+SchedulerParameters=batch_sched_delay=0
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+# a node may declare more CPUs, memory and GPUs than the machine has (no "Low CPUs" drain)
+SlurmdParameters=config_overrides
+GresTypes=gpu
+ReturnToService=2
+StateSaveLocation=$dir/state
+SlurmdSpoolDir=$dir/spool/%n
+TmpFS=$dir/tmp/%n
+SlurmctldPidFile=$dir/slurmctld.pid
+SlurmdPidFile=$dir/slurmd-%n.pid
+SlurmctldLogFile=$dir/log/slurmctld.log
+SlurmdLogFile=$dir/log/slurmd-%n.log
+InactiveLimit=0
+KillWait=5
+MinJobAge=600
+SlurmctldTimeout=30
+SlurmdTimeout=30
+Waittime=0
+CONF
+for n in $node_names; do
+  addr=127.0.0.1; [ "$mode" = netns ] && addr=$subnet.$((10 + ${n#node}))
+  echo "NodeName=$n NodeHostname=$n NodeAddr=$addr CPUs=$cpus RealMemory=$memory_mb Gres=gpu:$gpus State=UNKNOWN"
+  echo "NodeName=$n Name=gpu File=$dir/dev/gpu[0-$((gpus - 1))]" >> "$dir/etc/gres.conf"
+done >> "$dir/etc/slurm.conf"
+echo "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES" >> "$dir/etc/slurm.conf"
+export SLURM_CONF=$dir/etc/slurm.conf
+echo "export SLURM_CONF=$SLURM_CONF" > "$dir/env"
+
+# ---- daemons
+/usr/sbin/slurmctld -c
+for n in $node_names; do
+  mkdir -p "$dir/spool/$n" "$dir/tmp/$n"
+  if [ "$mode" = netns ]; then
+    # nsenter --net, NOT "ip netns exec": that remounts /sys and slurmd then finds no cgroup fs
+    nsenter --net="/run/netns/$netns_prefix${n#node}" unshare --uts --mount --propagation private \
+      bash -c "mount --bind '$dir/etc/hosts' /etc/hosts && hostname $n && exec /usr/sbin/slurmd"
+  else
+    /usr/sbin/slurmd
+  fi
+done
+for _ in $(seq 150); do
+  [ "$(sinfo -h -N -t idle -o %N 2>/dev/null | wc -l)" -ge "$nodes" ] && break
+  sleep 0.2
+done
+if [ "$(sinfo -h -N -t idle -o %N 2>/dev/null | wc -l)" -lt "$nodes" ]; then
+  sinfo -N >&2 || true
+  tail -n 20 "$dir"/log/slurm*.log >&2 || true
+  die "nodes did not become idle within 30 s (logs above, all in $dir/log)"
+fi
+sinfo -N

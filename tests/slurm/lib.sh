@@ -1,0 +1,178 @@
+# defines: helpers for the Slurm tests (sourced): a private cluster per test, up at the start and
+#          down on ANY exit; submitting the clusters' real batch scripts with only the site's
+#          account/partition/gres and modules replaced; a bounded wait; checks on the job logs.
+# shellcheck shell=bash
+set -euo pipefail
+
+slurm_tests=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+export DDPW_ROOT=${DDPW_ROOT:-$(cd "$slurm_tests/../.." && pwd)}
+export DDPW_BIN=${DDPW_BIN:-$DDPW_ROOT/build/bin}
+SBATCH_EXTRA=()
+job_timeout=${DDPW_SLURM_JOB_TIMEOUT:-180}   # seconds one job may take, queue included
+
+skip() { echo "SKIP: $*"; exit 77; }
+fail() { echo "FAIL: $*" >&2; exit 1; }
+note() { echo "-- $*"; }
+
+# Skips (77) only where this cannot run at all; anything else missing is a failure.
+require_slurm() {
+  [ "$(id -u)" = 0 ] || skip "the Slurm tests need root (Slurm daemons, network namespaces)"
+  local tool
+  for tool in sbatch squeue scontrol slurmctld slurmd munged mungekey; do
+    command -v "$tool" >/dev/null || [ -x "/usr/sbin/$tool" ] ||
+      skip "Slurm is not installed ($tool missing): apt-get install slurm-wlm munge"
+  done
+}
+require_programs() {
+  local p
+  for p in "$@"; do
+    [ -x "$DDPW_BIN/$p" ] || fail "$DDPW_BIN/$p is not built: cmake --build build --target ${p##*/}"
+  done
+}
+require_torchrun() {
+  local torchrun
+  torchrun=$(command -v torchrun || echo "${DDPW_HOME:-$HOME/.cache/ddp-workshop}/venv/bin/torchrun")
+  [ -x "$torchrun" ] || fail "torchrun not found: put a torch environment's bin on PATH (scripts/setup.sh)"
+  export DDPW_TEST_TORCH_BIN=${torchrun%/*}
+}
+
+# start_cluster single|netns [NNODES]: one test at a time on this machine (they share ports and
+# the 10.77.0.0/24 bridge), a fresh state folder, and cleanup on any exit.
+start_cluster() {
+  exec 9> /tmp/ddpw-slurm-tests.lock
+  flock -w 900 9 || fail "another Slurm test held /tmp/ddpw-slurm-tests.lock for 15 min"
+  TEST_DIR=$(mktemp -d /tmp/ddpw-slurm.XXXXXX)
+  trap cleanup EXIT
+  trap 'exit 130' INT TERM
+  local started=$SECONDS
+  "$slurm_tests/cluster-up.sh" "$1" "$TEST_DIR/cluster" "${2:-2}" > "$TEST_DIR/cluster-up.log" 2>&1 ||
+    { cat "$TEST_DIR/cluster-up.log" >&2; fail "cluster-up.sh $1 failed"; }
+  # shellcheck source=/dev/null
+  source "$TEST_DIR/cluster/env"   # SLURM_CONF
+  note "Slurm cluster ($1, $(sinfo -h -o %D) node(s)) up in $((SECONDS - started)) s: $TEST_DIR"
+  # What a site's modules would give, and what a machine without GPUs and as root needs.
+  export DDPW_SITE_ENV=$slurm_tests/site-env.sh
+  export DDPW_EXTRA_ARGS="--device cpu"
+  export DDPW_MPI_FLAGS_EXTRA="--allow-run-as-root --oversubscribe"
+}
+
+cleanup() {
+  local rc=$?
+  trap - EXIT INT TERM
+  if [ -n "${TEST_DIR:-}" ] && [ -d "$TEST_DIR" ]; then
+    if [ "$rc" != 0 ] && [ "$rc" != 77 ]; then
+      echo "== failed: the daemons' last log lines ==" >&2
+      tail -n 15 "$TEST_DIR"/cluster/log/*.log >&2 2>/dev/null || true
+    fi
+    "$slurm_tests/cluster-down.sh" "$TEST_DIR/cluster"
+    if [ "${DDPW_KEEP_TEST_DIR:-0}" = 1 ]; then echo "kept $TEST_DIR"; else rm -rf "$TEST_DIR"; fi
+  fi
+  exit "$rc"
+}
+
+# The options that replace a site's placeholders: the test cluster has one partition, no
+# accounting, and untyped GPUs (4 per node).
+site_options() {
+  case $1 in
+    delta)      echo "--account=ci-delta-gpu --partition=debug" ;;
+    hipergator) echo "--partition=debug" ;;
+    della)      echo "--partition=debug" ;;
+    puhti)      echo "--account=project_0 --partition=debug --gres=gpu:2" ;;
+    supercloud) echo "--partition=debug --gres=gpu:2" ;;
+    *) fail "unknown site $1" ;;
+  esac
+}
+
+# submit SITE SCRIPT [SCRIPT ARGS...]: sbatch clusters/SITE/SCRIPT from a fresh run folder, wait
+# (bounded), and set JOB_ID, JOB_STATE, JOB_EXIT ("0:0"), JOB_LOG, RUN_DIR, JOB_SECONDS.
+# SBATCH_EXTRA (an array) adds sbatch options; SUBMIT_NO_WAIT=1 returns right after sbatch.
+submit() {
+  local site=$1 script=$2; shift 2
+  RUN_DIR=$TEST_DIR/runs/$site-${script%.sbatch}
+  mkdir -p "$RUN_DIR"
+  local -a opts
+  read -r -a opts <<< "$(site_options "$site")"
+  JOB_ID=$(cd "$RUN_DIR" && sbatch --parsable "${opts[@]}" "${SBATCH_EXTRA[@]}" \
+             "$DDPW_ROOT/clusters/$site/$script" "$@") || fail "sbatch $site/$script was refused"
+  JOB_ID=${JOB_ID%%;*}
+  JOB_STARTED=$SECONDS
+  [ "${SUBMIT_NO_WAIT:-0}" = 1 ] && return 0
+  wait_job
+  note "$site/$script $*: job $JOB_ID $JOB_STATE (exit $JOB_EXIT) in $JOB_SECONDS s on $JOB_NODES"
+}
+
+job_field() { scontrol show job -o "$JOB_ID" 2>/dev/null | tr ' ' '\n' | sed -n "s/^$1=//p" | head -n 1; }
+
+# Polls the controller (sbatch --wait polls every 2-10 s); a job over the limit is cancelled.
+wait_job() {
+  local deadline=$((SECONDS + ${1:-$job_timeout}))
+  while :; do
+    JOB_STATE=$(job_field JobState)
+    case $JOB_STATE in
+      COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL|OUT_OF_MEMORY|BOOT_FAIL|DEADLINE|PREEMPTED) break ;;
+    esac
+    if [ "$SECONDS" -ge "$deadline" ]; then
+      scancel "$JOB_ID" 2>/dev/null || true
+      JOB_LOG=$(job_field StdOut); show_log
+      fail "job $JOB_ID did not finish within ${1:-$job_timeout} s (state $JOB_STATE); cancelled"
+    fi
+    sleep 0.3
+  done
+  JOB_EXIT=$(job_field ExitCode)
+  JOB_LOG=$(job_field StdOut)
+  JOB_NODES=$(job_field NodeList)
+  JOB_SECONDS=$((SECONDS - JOB_STARTED))
+}
+
+show_log() { echo "----- $JOB_LOG -----" >&2; cat "$JOB_LOG" >&2 2>/dev/null || echo "(no log)" >&2; echo "-----" >&2; }
+
+expect_success() {
+  [ "$JOB_STATE" = COMPLETED ] && [ "$JOB_EXIT" = 0:0 ] ||
+    { show_log; fail "job $JOB_ID: state $JOB_STATE, exit $JOB_EXIT (expected COMPLETED, 0:0)"; }
+}
+expect_failure() {  # the job must fail, and its log must say why (grep -E PATTERN)
+  [ "$JOB_STATE" = FAILED ] || { show_log; fail "job $JOB_ID: state $JOB_STATE, expected FAILED"; }
+  grep -Eq -- "$1" "$JOB_LOG" || { show_log; fail "job $JOB_ID failed, but its log lacks: $1"; }
+}
+# expect_lines COUNT PATTERN: exactly COUNT log lines match (grep -E).
+expect_lines() {
+  local n
+  n=$(grep -Ec -- "$2" "$JOB_LOG" || true)
+  [ "$n" = "$1" ] || { show_log; fail "job $JOB_ID: $n lines match '$2', expected $1"; }
+}
+expect_nodes() {  # the job ran on exactly these nodes, e.g. "node[1-2]"
+  [ "$JOB_NODES" = "$1" ] || { show_log; fail "job $JOB_ID ran on $JOB_NODES, expected $1"; }
+}
+# expect_one_snapshot: the run folder holds exactly one snapshot file, and nothing half-written.
+expect_one_snapshot() {
+  local files
+  files=$(cd "$RUN_DIR" && find snapshots -type f | sort | tr '\n' ' ')
+  [ "$files" = "snapshots/$(job_field JobName).pt " ] ||
+    { show_log; fail "job $JOB_ID: snapshot files '${files% }', expected exactly snapshots/$(job_field JobName).pt"; }
+}
+
+# A small copy of Fashion-MNIST (same IDX format as MNIST) for the MNIST scripts: the first
+# TRAIN/TEST images, as a site's data/mnist would hold them, placed before the job starts.
+make_mnist_subset() {
+  local out=$1 train=${2:-1200} test=${3:-400}
+  local src=${DDPW_FASHION_MNIST:-/usr/share/datasets/fashion-mnist}
+  [ -f "$src/train-images-idx3-ubyte.gz" ] ||
+    fail "$src/train-images-idx3-ubyte.gz missing: apt-get install dataset-fashion-mnist (or set DDPW_FASHION_MNIST)"
+  mkdir -p "$out"
+  python3 - "$src" "$out" "$train" "$test" <<'PY'
+import gzip, struct, sys
+src, out, n_train, n_test = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+for prefix, n in (("train", n_train), ("t10k", n_test)):
+    for kind in ("images-idx3-ubyte", "labels-idx1-ubyte"):
+        data = gzip.open(f"{src}/{prefix}-{kind}.gz").read()
+        dims = data[3]
+        shape = list(struct.unpack(f">{dims}I", data[4:4 + 4 * dims]))
+        per_item = 1
+        for d in shape[1:]:
+            per_item *= d
+        shape[0] = n
+        header = data[:4] + struct.pack(f">{dims}I", *shape)
+        body = data[4 + 4 * dims: 4 + 4 * dims + n * per_item]
+        open(f"{out}/{prefix}-{kind}", "wb").write(header + body)
+PY
+}

@@ -1,0 +1,210 @@
+// ddp::Adadelta against torch.optim.Adadelta's update rule, written out here with plain tensors,
+// against numbers PyTorch itself produced, and through a save/load round trip.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <sstream>
+#include <vector>
+
+#include "ddp/adadelta.h"
+
+namespace {
+
+// A small least-squares problem in double precision, fixed values (no RNG).
+struct Problem {
+  torch::Tensor w = torch::tensor({0.5, -0.3, 0.1, 0.2, -0.4, 0.7}, torch::kFloat64).reshape({3, 2}).requires_grad_();
+  torch::Tensor b = torch::tensor({0.05, -0.02}, torch::kFloat64).requires_grad_();
+  torch::Tensor x = torch::tensor({1.0, 2.0, -1.0, 0.5, -0.5, 2.0, -1.5, 1.0, 0.25, 2.0, 0.0, 1.0}, torch::kFloat64)
+                        .reshape({4, 3});
+  torch::Tensor y = torch::tensor({1.0, 0.0, 0.0, 1.0, -1.0, 0.5, 0.5, -0.5}, torch::kFloat64).reshape({4, 2});
+
+  std::vector<torch::Tensor> params() { return {w, b}; }
+  torch::Tensor loss() { return (torch::matmul(x, w) + b - y).pow(2).mean(); }
+  void compute_gradients() {
+    for (auto& p : params()) p.mutable_grad() = torch::Tensor();
+    loss().backward();
+  }
+};
+
+// torch.optim.Adadelta (docs' algorithm box), one parameter, nothing in place:
+//   g  = grad + weight_decay * p
+//   v  = rho * v + (1 - rho) * g^2
+//   dx = sqrt(u + eps) / sqrt(v + eps) * g
+//   u  = rho * u + (1 - rho) * dx^2
+//   p  = p - lr * dx
+struct ReferenceAdadelta {
+  double lr, rho, eps, weight_decay;
+  std::vector<torch::Tensor> v{}, u{};
+
+  void step(std::vector<torch::Tensor> params) {
+    torch::NoGradGuard no_grad;
+    if (v.empty())
+      for (auto& p : params) {
+        v.push_back(torch::zeros_like(p));
+        u.push_back(torch::zeros_like(p));
+      }
+    for (size_t i = 0; i < params.size(); ++i) {
+      const auto g = params[i].grad() + weight_decay * params[i];
+      v[i] = rho * v[i] + (1 - rho) * g * g;
+      const auto dx = torch::sqrt(u[i] + eps) / torch::sqrt(v[i] + eps) * g;
+      u[i] = rho * u[i] + (1 - rho) * dx * dx;
+      params[i].sub_(lr * dx);
+    }
+  }
+};
+
+void expect_close(const torch::Tensor& actual, const torch::Tensor& expected, const char* what) {
+  EXPECT_TRUE(torch::allclose(actual, expected, /*rtol=*/1e-12, /*atol=*/1e-14))
+      << what << "\nactual:\n" << actual << "\nexpected:\n" << expected;
+}
+
+TEST(Adadelta, FollowsTheUpdateRuleStepByStep) {
+  for (double weight_decay : {0.0, 0.1}) {
+    Problem mine, reference;
+    ddp::Adadelta optimizer(mine.params(), ddp::AdadeltaOptions(0.5).rho(0.9).eps(1e-6).weight_decay(weight_decay));
+    ReferenceAdadelta rule{0.5, 0.9, 1e-6, weight_decay};
+    for (int step = 0; step < 6; ++step) {
+      mine.compute_gradients();
+      optimizer.step();
+      reference.compute_gradients();
+      rule.step(reference.params());
+      expect_close(mine.w, reference.w, "w");
+      expect_close(mine.b, reference.b, "b");
+    }
+    EXPECT_FALSE(torch::equal(mine.w, Problem().w)) << "the optimizer did not move the weights";
+    EXPECT_LT(mine.loss().item<double>(), Problem().loss().item<double>());
+  }
+}
+
+// Produced with PyTorch 2.11.0 by:
+//   python3 - <<'EOF'
+//   import torch
+//   torch.set_default_dtype(torch.float64)
+//   w = torch.tensor([[0.5, -0.3], [0.1, 0.2], [-0.4, 0.7]], requires_grad=True)
+//   b = torch.tensor([0.05, -0.02], requires_grad=True)
+//   x = torch.tensor([[1.0, 2.0, -1.0], [0.5, -0.5, 2.0], [-1.5, 1.0, 0.25], [2.0, 0.0, 1.0]])
+//   y = torch.tensor([[1.0, 0.0], [0.0, 1.0], [-1.0, 0.5], [0.5, -0.5]])
+//   opt = torch.optim.Adadelta([w, b], lr=1.0, rho=0.9, eps=1e-6, weight_decay=0.01, foreach=False)
+//   for step in range(5):
+//       opt.zero_grad()
+//       ((x @ w + b - y) ** 2).mean().backward()
+//       opt.step()
+//   print(w.detach().flatten().tolist(), b.detach().tolist())
+//   EOF
+TEST(Adadelta, MatchesPyTorchAfterFiveSteps) {
+  Problem problem;
+  ddp::Adadelta optimizer(problem.params(), ddp::AdadeltaOptions(1.0).weight_decay(0.01));
+  for (int step = 0; step < 5; ++step) {
+    problem.compute_gradients();
+    optimizer.step();
+  }
+  const auto w = torch::tensor({0.5145081968555253, -0.3101385085852228, 0.08432386967606534, 0.21607944174069782,
+                                -0.38409430530160027, 0.6840850140337893},
+                               torch::kFloat64)
+                     .reshape({3, 2});
+  const auto b = torch::tensor({0.036814038131402146, -0.03551905364627372}, torch::kFloat64);
+  expect_close(problem.w, w, "w after 5 steps");
+  expect_close(problem.b, b, "b after 5 steps");
+}
+
+TEST(Adadelta, LearningRateIsSetThroughTheParamGroup) {
+  Problem mine, reference;
+  ddp::Adadelta optimizer(mine.params(), 1.0);
+  ReferenceAdadelta rule{1.0, 0.9, 1e-6, 0.0};
+  for (int step = 0; step < 4; ++step) {
+    if (step == 2) {  // what a StepLR-style schedule does between epochs
+      optimizer.param_groups()[0].options().set_lr(0.25);
+      rule.lr = 0.25;
+    }
+    mine.compute_gradients();
+    optimizer.step();
+    reference.compute_gradients();
+    rule.step(reference.params());
+  }
+  EXPECT_DOUBLE_EQ(optimizer.param_groups()[0].options().get_lr(), 0.25);
+  expect_close(mine.w, reference.w, "w");
+  expect_close(mine.b, reference.b, "b");
+}
+
+TEST(Adadelta, SkipsParametersWithoutGradient) {
+  Problem problem;
+  auto frozen = torch::ones({2}, torch::kFloat64).requires_grad_();
+  ddp::Adadelta optimizer({problem.w, problem.b, frozen}, 1.0);
+  problem.compute_gradients();
+  optimizer.step();
+  EXPECT_TRUE(torch::equal(frozen, torch::ones({2}, torch::kFloat64)));
+  EXPECT_EQ(optimizer.state().size(), 2u);  // state only for parameters that had a gradient
+}
+
+TEST(Adadelta, SaveAndLoadContinueBitIdentically) {
+  Problem original;
+  ddp::Adadelta optimizer(original.params(), 1.0);
+  for (int step = 0; step < 3; ++step) {
+    original.compute_gradients();
+    optimizer.step();
+  }
+  optimizer.param_groups()[0].options().set_lr(0.7);
+
+  std::stringstream saved;
+  {
+    torch::serialize::OutputArchive archive;
+    optimizer.save(archive);
+    archive.save_to(saved);
+  }
+
+  // A new process would rebuild the model from its own snapshot: same values, new tensors.
+  Problem resumed;
+  {
+    torch::NoGradGuard no_grad;
+    resumed.w.copy_(original.w);
+    resumed.b.copy_(original.b);
+  }
+  ddp::Adadelta restored(resumed.params(), 1.0);
+  {
+    torch::serialize::InputArchive archive;
+    archive.load_from(saved);
+    restored.load(archive);
+  }
+  EXPECT_DOUBLE_EQ(restored.param_groups()[0].options().get_lr(), 0.7);
+  ASSERT_EQ(restored.state().size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    const auto& before = static_cast<const ddp::AdadeltaParamState&>(
+        *optimizer.state().at(original.params()[i].unsafeGetTensorImpl()));
+    const auto& after = static_cast<const ddp::AdadeltaParamState&>(
+        *restored.state().at(resumed.params()[i].unsafeGetTensorImpl()));
+    EXPECT_EQ(after.step(), 3);
+    EXPECT_TRUE(torch::equal(after.square_avg(), before.square_avg()));
+    EXPECT_TRUE(torch::equal(after.acc_delta(), before.acc_delta()));
+  }
+
+  // The control: the same weights with a fresh optimizer (state lost) go elsewhere.
+  Problem restarted;
+  {
+    torch::NoGradGuard no_grad;
+    restarted.w.copy_(original.w);
+    restarted.b.copy_(original.b);
+  }
+  ddp::Adadelta fresh(restarted.params(), 0.7);
+
+  for (int step = 0; step < 4; ++step) {
+    original.compute_gradients();
+    optimizer.step();
+    resumed.compute_gradients();
+    restored.step();
+    restarted.compute_gradients();
+    fresh.step();
+    EXPECT_TRUE(torch::equal(original.w, resumed.w)) << "step " << step;
+    EXPECT_TRUE(torch::equal(original.b, resumed.b)) << "step " << step;
+  }
+  EXPECT_FALSE(torch::allclose(original.w, restarted.w)) << "the saved state made no difference";
+}
+
+TEST(Adadelta, RejectsInvalidOptions) {
+  Problem problem;
+  EXPECT_THROW(ddp::Adadelta(problem.params(), -1.0), c10::Error);
+  EXPECT_THROW(ddp::Adadelta(problem.params(), 1.0, 1.5), c10::Error);
+  EXPECT_THROW(ddp::Adadelta(problem.params(), 1.0, 0.9, -1e-6), c10::Error);
+  EXPECT_THROW(ddp::Adadelta(problem.params(), 1.0, 0.9, 1e-6, -0.1), c10::Error);
+}
+
+}  // namespace
