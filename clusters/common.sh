@@ -42,8 +42,8 @@ ddpw_setup() {
       account) value=${SLURM_JOB_ACCOUNT:-} ;; partition) value=${SLURM_JOB_PARTITION:-} ;;
       qos) value=${SLURM_JOB_QOS:-} ;; reservation) value=${SLURM_JOB_RESERVATION:-} ;;
     esac
-    case $value in
-      *CHANGE_ME*) ddpw_die "--$what is still the placeholder '$value': submit with sbatch --$what=<yours> (or edit the #SBATCH line)" ;;
+    case ${value,,} in   # Slurm lower-cases account names
+      *change_me*) ddpw_die "--$what is still the placeholder '$value': submit with sbatch --$what=<yours> (or edit the #SBATCH line)" ;;
     esac
   done
   [ -d "$DDPW_BIN" ] || ddpw_die "$DDPW_BIN not found: build first (see clusters/$site/README.md) or set DDPW_BIN"

@@ -4,7 +4,26 @@
 
 #include <torch/optim/serialize.h>
 
+#include <sstream>
+#include <type_traits>
+
 namespace ddp {
+namespace {
+
+// The optimizer's state is keyed by the parameter's TensorImpl: its address on LibTorch 2.x, the
+// address printed as text on 1.13 (what that version's serialize.h looks up).
+template <typename StateMap>
+typename StateMap::key_type state_key(const StateMap&, const torch::Tensor& param) {
+  if constexpr (std::is_same_v<typename StateMap::key_type, std::string>) {
+    std::ostringstream text;
+    text << param.unsafeGetTensorImpl();
+    return text.str();
+  } else {
+    return param.unsafeGetTensorImpl();
+  }
+}
+
+}  // namespace
 
 AdadeltaOptions::AdadeltaOptions(double lr) : lr_(lr) {}
 
@@ -64,7 +83,7 @@ torch::Tensor Adadelta::step(LossClosure closure) {
       auto grad = param.grad();
       TORCH_CHECK(!grad.is_sparse(), "Adadelta does not support sparse gradients");
 
-      auto& slot = state_[param.unsafeGetTensorImpl()];
+      auto& slot = state_[state_key(state_, param)];
       if (!slot) {
         auto fresh = std::make_unique<AdadeltaParamState>();
         fresh->square_avg(torch::zeros_like(param, at::MemoryFormat::Preserve));
@@ -90,6 +109,11 @@ torch::Tensor Adadelta::step(LossClosure closure) {
     }
   }
   return loss;
+}
+
+const AdadeltaParamState* Adadelta::state_of(const torch::Tensor& param) const {
+  const auto found = state_.find(state_key(state_, param));
+  return found == state_.end() ? nullptr : static_cast<const AdadeltaParamState*>(found->second.get());
 }
 
 void Adadelta::save(torch::serialize::OutputArchive& archive) const {

@@ -42,6 +42,9 @@ class Adadelta : public torch::optim::Optimizer {
   torch::Tensor step(LossClosure closure = nullptr) override;
   void save(torch::serialize::OutputArchive& archive) const override;
   void load(torch::serialize::InputArchive& archive) override;
+
+  // A parameter's state; nullptr before its first step with a gradient.
+  const AdadeltaParamState* state_of(const torch::Tensor& param) const;
 };
 
 }  // namespace ddp

@@ -43,6 +43,9 @@ std::string find_file(const std::string& dir, const std::string& name) {
   const std::string gz = plain + ".gz";
   if (regular_file_size(plain) >= 0) return plain;
   if (regular_file_size(gz) >= 0) return gz;
+  struct stat info {};
+  if (::stat(dir.c_str(), &info) != 0 || !S_ISDIR(info.st_mode))
+    throw Error("data folder " + dir + " does not exist (looking for " + name + ")", kWhereToGetIt);
   throw Error(plain + " not found (nor " + name + ".gz)", kWhereToGetIt);
 }
 
@@ -77,8 +80,8 @@ class IdxReader {
       done += got;
     }
     if (done < bytes)
-      throw Error(path_ + ": truncated: expected " + what + " (" + std::to_string(bytes) +
-                      " bytes), the file ends after " + std::to_string(done),
+      throw Error(path_ + ": truncated: expected " + what + ", the data stops after " + std::to_string(done) +
+                      " of " + std::to_string(bytes) + " bytes",
                   "the file is incomplete; replace it. " + std::string(kWhereToGetIt));
   }
 
@@ -89,7 +92,7 @@ class IdxReader {
     const int64_t size = regular_file_size(path_);
     if (size >= 0 && size < header_bytes + data_bytes)
       throw Error(path_ + ": truncated: expected " + what + " (" + std::to_string(header_bytes + data_bytes) +
-                      " bytes), the file has " + std::to_string(size),
+                      " bytes in all), the file has " + std::to_string(size),
                   "the file is incomplete; replace it. " + std::string(kWhereToGetIt));
   }
 

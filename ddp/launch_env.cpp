@@ -61,6 +61,9 @@ void from_torchrun(const EnvMap& env, LaunchEnv& l) {
   l.local_world_size =
       first_int(env, {"LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE"}).value_or(l.world_size);
   l.node_rank = first_int(env, {"GROUP_RANK"}).value_or(0);
+  const auto agent = get(env, "TORCHELASTIC_USE_AGENT_STORE");
+  l.agent_store = agent && (*agent == "True" || *agent == "true" || *agent == "1");
+  l.restart_count = get_int(env, "TORCHELASTIC_RESTART_COUNT").value_or(0);
 }
 
 void from_openmpi(const EnvMap& env, LaunchEnv& l) {

@@ -18,6 +18,8 @@ struct LaunchEnv {
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
   std::string init_method;  // empty: TCP store at master_addr:master_port; or "file:///path"
+  bool agent_store = false;  // torchrun hosts the store itself (TORCHELASTIC_USE_AGENT_STORE)
+  int restart_count = 0;     // torchrun's TORCHELASTIC_RESTART_COUNT: keys of a new attempt are fresh
   std::string launcher = "none";  // "options", "torchrun", "openmpi", "slurm" or "none"
   std::string warning;      // set when something looks like a launch mistake (printed, not fatal)
 };

@@ -55,14 +55,18 @@ c10::intrusive_ptr<c10d::Store> rendezvous(const LaunchEnv& launch, std::chrono:
   const std::string where = launch.master_addr + ":" + std::to_string(launch.master_port);
   c10d::TCPStoreOptions options;
   options.port = static_cast<uint16_t>(launch.master_port);
-  options.isServer = launch.global_rank == 0;
+  // Under torchrun the agent already serves the store: every worker is a client, and the keys of
+  // each restart attempt live under their own prefix (a restarted group must not see old keys).
+  options.isServer = launch.global_rank == 0 && !launch.agent_store;
   options.numWorkers = static_cast<size_t>(launch.world_size);
-  options.waitWorkers = true;
+  options.waitWorkers = !launch.agent_store;
   options.timeout = timeout;
   disable_libuv(options, 0);
   const auto start = Clock::now();
   try {
-    return c10::make_intrusive<c10d::TCPStore>(launch.master_addr, options);
+    auto store = c10::make_intrusive<c10d::TCPStore>(launch.master_addr, options);
+    if (!launch.agent_store) return store;
+    return c10::make_intrusive<c10d::PrefixStore>("/worker/attempt_" + std::to_string(launch.restart_count), store);
   } catch (const c10::Error& e) {
     const std::string why = e.what_without_backtrace();
     const double waited = std::chrono::duration<double>(Clock::now() - start).count();

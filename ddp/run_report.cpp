@@ -56,8 +56,9 @@ void print_settings(const Options& o, const LaunchEnv& launch, const torch::Devi
       {"launcher", launch.launcher},
       {"world size", std::to_string(launch.world_size)},
       {"ranks per node", std::to_string(launch.local_world_size)},
-      {"rendezvous", launch.init_method.empty() ? launch.master_addr + ":" + std::to_string(launch.master_port)
-                                                : launch.init_method},
+      {"rendezvous", launch.world_size == 1 && launch.launcher == "none" ? "(none: one process)"
+                     : launch.init_method.empty() ? launch.master_addr + ":" + std::to_string(launch.master_port)
+                                                  : launch.init_method},
       {"device (rank 0)", device_name(device)},
       {"threads per rank", std::to_string(threads)},
       {"dataset", o.dataset + (o.data_dir.empty() ? "" : " (" + o.data_dir + ")")},
@@ -70,6 +71,8 @@ void print_settings(const Options& o, const LaunchEnv& launch, const torch::Devi
       {"LibTorch", DDPW_TORCH_VERSION},
   };
   print_table(rows);
+  if (!launch.warning.empty()) std::printf("warning: %s\n", launch.warning.c_str());
+  std::fflush(stdout);
 }
 
 void print_rank_table(ProcessGroup* pg, const LaunchEnv& launch, const torch::Device& device,

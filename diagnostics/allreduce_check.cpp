@@ -14,14 +14,16 @@
 #include <cstdint>
 #include <cstdio>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "ddp/device.h"         // defines: choose_device, choose_threads, device_name
-#include "ddp/error.h"          // defines: ddp::Error, DDP_CHECK, run_main
+#include "ddp/error.h"          // defines: run_main
 #include "ddp/launch_env.h"     // defines: resolve_launch_env, describe
 #include "ddp/options.h"        // defines: parse_options, launch_overrides
 #include "ddp/process_group.h"  // defines: ProcessGroup
 #include "ddp/run_report.h"     // defines: host_name
+#include "diagnostics/allreduce_pattern.h"  // defines: AllreducePattern
 
 #ifdef DDPW_HAVE_CUDA
 #include <cuda_runtime_api.h>  // defines: cudaRuntimeGetVersion
@@ -59,46 +61,55 @@ std::string human_bytes(uint64_t bytes) {
   return buf;
 }
 
-// Rank r holds  i % period + r  at index i, so the sum over n ranks is  n * (i % period) + n(n-1)/2.
-// Both are whole numbers below 2^24, which float32 adds exactly in any order: a correct all-reduce
-// matches to the bit, and a lost, doubled or shifted piece of any rank's buffer does not.
-class Pattern {
- public:
-  explicit Pattern(int world) : world_(world) {
-    const int64_t exact = int64_t{1} << 24, offset = int64_t{world} * (world - 1) / 2;
-    DDP_CHECK(offset < exact, "the check's pattern is exact for up to 5000 ranks, not " + std::to_string(world),
-              "run the check on fewer ranks");
-    period_ = std::min<int64_t>(4093, (exact - offset) / world);
+// Seconds per all-reduce of `buffer`, the mean over `iters`. On a GPU the all-reduces queue back to
+// back on NCCL's stream and the clock stops when the last one completes, as in nccl-tests:
+// ProcessGroup::wait with its timeout makes the CPU sleep-poll each one in 1 ms steps, which would
+// swamp the small sizes. The spin is bounded by the collective timeout, and wait() afterwards
+// reports any failure as usual. Gloo runs them one by one.
+double time_allreduce(ddp::ProcessGroup& group, torch::Tensor& buffer, int iters, std::chrono::milliseconds timeout,
+                      const std::string& what) {
+  std::vector<c10::intrusive_ptr<c10d::Work>> queued;
+  const auto start = Clock::now();
+  for (int i = 0; i < iters; ++i) {
+    if (!buffer.is_cuda()) {
+      group.allreduce_sum(buffer, what);
+      continue;
+    }
+    std::vector<torch::Tensor> tensors{buffer};
+    queued.push_back(group.allreduce_sum_async(tensors));
   }
-  torch::Tensor mine(int64_t count, int rank, const torch::Device& device) const {
-    return index_pattern(count, device).add_(rank);
-  }
-  torch::Tensor sum(int64_t count, const torch::Device& device) const {
-    return index_pattern(count, device).mul_(world_).add_(int64_t{world_} * (world_ - 1) / 2);
-  }
-
- private:
-  torch::Tensor index_pattern(int64_t count, const torch::Device& device) const {
-    auto i = torch::arange(count, torch::TensorOptions().dtype(torch::kInt32).device(device));
-    return i.remainder_(period_).to(torch::kFloat32);
-  }
-  int world_;
-  int64_t period_ = 1;
-};
-
-void synchronize(const torch::Device& device) {
-  if (device.is_cuda()) torch::cuda::synchronize(device.index());  // NCCL and copies run on a stream
+  const auto deadline = Clock::now() + timeout;
+  while (!queued.empty() && !queued.back()->isCompleted() && Clock::now() < deadline) std::this_thread::yield();
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count() / iters;
+  for (auto& work : queued) group.wait(work, what);
+  return seconds;
 }
 
-// Seconds per call of `op`, the mean over `iters` calls after `warmup` untimed ones.
-template <typename Op>
-double time_per_call(const torch::Device& device, int warmup, int iters, Op op) {
-  for (int i = 0; i < warmup; ++i) op();
-  synchronize(device);
+// Seconds per copy of `source` into `target` on their device, the mean over `iters`.
+double time_copy(torch::Tensor& target, const torch::Tensor& source, int iters) {
+  auto synchronize = [&] {
+    if (source.is_cuda()) torch::cuda::synchronize(source.device().index());
+  };
+  target.copy_(source);  // warm-up: first touch of the pages, kernel load
+  synchronize();
   const auto start = Clock::now();
-  for (int i = 0; i < iters; ++i) op();
-  synchronize(device);
+  for (int i = 0; i < iters; ++i) target.copy_(source);
+  synchronize();
   return std::chrono::duration<double>(Clock::now() - start).count() / iters;
+}
+
+// The largest `value` over all ranks (the group only sums: each rank fills its own slot).
+double max_over_ranks(ddp::ProcessGroup& group, const torch::Device& device, double value) {
+  auto slots = torch::zeros({group.size()}, torch::TensorOptions().dtype(torch::kFloat64).device(device));
+  slots[group.rank()] = value;
+  group.allreduce_sum(slots, "all-reduce of the timings");
+  return slots.max().item<double>();
+}
+
+int64_t sum_over_ranks(ddp::ProcessGroup& group, const torch::Device& device, int64_t value) {
+  auto sum = torch::full({1}, value, torch::TensorOptions().dtype(torch::kInt64).device(device));
+  group.allreduce_sum(sum, "all-reduce of the error counts");
+  return sum.item<int64_t>();
 }
 
 struct Result {
@@ -106,44 +117,33 @@ struct Result {
   int64_t wrong;   // wrong elements, all ranks together
 };
 
-Result measure(ddp::ProcessGroup& group, const Pattern& pattern, const torch::Device& device, uint64_t bytes,
-               const Sweep& sweep) {
+Result measure(ddp::ProcessGroup& group, const diagnostics::AllreducePattern& pattern, const torch::Device& device, uint64_t bytes,
+               const Sweep& sweep, std::chrono::milliseconds timeout) {
   const int64_t count = static_cast<int64_t>(bytes / sizeof(float));
   const std::string what = "all-reduce of " + human_bytes(bytes);
 
   torch::Tensor buffer = pattern.mine(count, group.rank(), device);
   group.allreduce_sum(buffer, what);
-  int64_t wrong = buffer.ne(pattern.sum(count, device)).sum().item<int64_t>();
+  int64_t wrong = pattern.wrong(buffer);
 
   // Timed on zeros: the sums cannot overflow however many iterations, and must stay zero.
   buffer.zero_();
+  if (sweep.warmup > 0) time_allreduce(group, buffer, sweep.warmup, timeout, what);
   group.barrier("barrier before timing the " + what);
-  const double seconds = time_per_call(device, sweep.warmup, sweep.iters, [&] { group.allreduce_sum(buffer, what); });
+  const double seconds = time_allreduce(group, buffer, sweep.iters, timeout, what);
   wrong += buffer.ne(0).sum().item<int64_t>();
 
-  // One small all-reduce aggregates: slot r holds rank r's time (max taken after), the last the errors.
-  auto stats = torch::zeros({group.size() + 1}, torch::kFloat64);
-  stats[group.rank()] = seconds;
-  stats[group.size()] = static_cast<double>(wrong);
-  auto on_device = stats.to(device);
-  group.allreduce_sum(on_device, "all-reduce of the timings of the " + what);
-  stats = on_device.cpu();
-  return {stats.slice(0, 0, group.size()).max().item<double>(), static_cast<int64_t>(stats[group.size()].item<double>())};
+  return {max_over_ranks(group, device, seconds), sum_over_ranks(group, device, wrong)};
 }
 
 // Bytes per second of a copy of `bytes` on the device, every rank at the same time (as in the
 // all-reduce, the ranks of a node share its memory): the slowest rank's figure.
-double copy_bandwidth(ddp::ProcessGroup& group, const torch::Device& device, uint64_t bytes, const Sweep& sweep) {
+double copy_bandwidth(ddp::ProcessGroup& group, const torch::Device& device, uint64_t bytes, int iters) {
   const int64_t count = static_cast<int64_t>(bytes / sizeof(float));
   auto source = torch::ones({count}, torch::TensorOptions().dtype(torch::kFloat32).device(device));
   auto target = torch::empty_like(source);
   group.barrier("barrier before timing the copy");
-  const double seconds = time_per_call(device, std::max(sweep.warmup, 1), sweep.iters, [&] { target.copy_(source); });
-  auto times = torch::zeros({group.size()}, torch::kFloat64);
-  times[group.rank()] = seconds;
-  auto on_device = times.to(device);
-  group.allreduce_sum(on_device, "all-reduce of the copy timings");
-  return static_cast<double>(bytes) / on_device.cpu().max().item<double>();
+  return static_cast<double>(bytes) / max_over_ranks(group, device, time_copy(target, source, iters));
 }
 
 std::string versions(const ddp::ProcessGroup& group, [[maybe_unused]] const torch::Device& device) {
@@ -163,10 +163,11 @@ int allreduce_check(const ddp::Options& options, const Sweep& sweep, const ddp::
   const torch::Device device = ddp::choose_device(options.device, launch.local_rank, launch.local_world_size);
   const int threads = ddp::choose_threads(0, launch.local_world_size);
   torch::set_num_threads(threads);
-  ddp::ProcessGroup group(launch, device, ddp::process_group_options(options));
+  const ddp::ProcessGroupOptions group_options = ddp::process_group_options(options);
+  ddp::ProcessGroup group(launch, device, group_options);
   const bool rank0 = group.rank() == 0;
   const int n = group.size();
-  const Pattern pattern(n);
+  const diagnostics::AllreducePattern pattern(n);
   const std::vector<uint64_t> sizes = sizes_of(sweep);
 
   char line[256];
@@ -191,7 +192,7 @@ int allreduce_check(const ddp::Options& options, const Sweep& sweep, const ddp::
   int64_t wrong_total = 0;
   double busbw_sum = 0;
   for (const uint64_t bytes : sizes) {
-    const Result r = measure(group, pattern, device, bytes, sweep);
+    const Result r = measure(group, pattern, device, bytes, sweep, group_options.collective_timeout);
     const double algbw = static_cast<double>(bytes) / r.seconds / 1e9;
     const double busbw = algbw * 2.0 * (n - 1) / n;
     wrong_total += r.wrong;
@@ -204,7 +205,7 @@ int allreduce_check(const ddp::Options& options, const Sweep& sweep, const ddp::
     }
   }
 
-  const double copy = copy_bandwidth(group, device, sizes.back(), sweep);
+  const double copy = copy_bandwidth(group, device, sizes.back(), sweep.iters);
   const bool ok = wrong_total == 0;
   if (rank0) {
     std::printf("# Out of bounds values : %lld %s\n", static_cast<long long>(wrong_total), ok ? "OK" : "FAILED");

@@ -24,7 +24,7 @@
 #include "ddp/options.h"            // defines: parse_options
 #include "ddp/process_group.h"      // defines: ProcessGroup
 #include "ddp/run_report.h"         // defines: host_name
-#include "diagnostics/preflight.h"  // defines: wait_for_master, check_init_file
+#include "diagnostics/preflight.h"  // defines: wait_for_master, check_master_is_here, check_init_file
 
 #ifdef DDPW_HAVE_CUDA
 #include <cuda_runtime_api.h>  // defines: cudaDeviceGetPCIBusId
@@ -35,7 +35,7 @@ namespace {
 // One rank's report: column name -> value. Variables of the environment keep their own name.
 using Report = std::map<std::string, std::string>;
 
-const std::vector<std::string> kColumns = {"rank", "host", "pid", "local rank", "device", "GPU bus id",
+const std::vector<std::string> kColumns = {"rank", "host", "local rank", "pid", "device", "GPU bus id",
                                            "CUDA_VISIBLE_DEVICES"};
 
 // The communication libraries' settings: NCCL_*, TORCH_NCCL_*, GLOO_* (SuperCloud prints every
@@ -57,7 +57,10 @@ std::string gpu_bus_id(const torch::Device& device) {
 Report my_report(const ddp::LaunchEnv& launch, const torch::Device& device, const ddp::EnvMap& env) {
   Report r;
   r["rank"] = std::to_string(launch.global_rank);
+  // Slurm's node name too where it differs: test clusters run several Slurm nodes on one host.
   r["host"] = ddp::host_name();
+  if (auto slurm = env.find("SLURMD_NODENAME"); slurm != env.end() && slurm->second != r["host"])
+    r["host"] += "/" + slurm->second;
   r["pid"] = std::to_string(::getpid());
   r["local rank"] = std::to_string(launch.local_rank) + " of " + std::to_string(launch.local_world_size);
   r["device"] = ddp::device_name(device);
@@ -157,8 +160,7 @@ std::vector<std::string> launch_problems(const std::vector<Report>& reports, int
   std::vector<std::string> problems;
   if (static_cast<int>(reports.size()) != world_size)
     problems.push_back(std::to_string(reports.size()) + " of " + std::to_string(world_size) + " ranks reported");
-  std::map<std::string, std::vector<int>> by_gpu, by_local_rank;
-  std::map<std::string, std::vector<int>> by_host;
+  std::map<std::string, std::vector<int>> by_gpu, by_local_rank, by_node;
   for (size_t i = 0; i < reports.size(); ++i) {
     const Report& r = reports[i];
     const int rank = static_cast<int>(i);
@@ -166,10 +168,12 @@ std::vector<std::string> launch_problems(const std::vector<Report>& reports, int
       problems.push_back("report " + std::to_string(rank) + " is garbled or came from another rank");
       continue;
     }
-    by_host[r.at("host")].push_back(rank);
-    by_local_rank[r.at("host") + ", local rank " + r.at("local rank")].push_back(rank);
+    const std::string& node = r.at("host");
+    by_node[node].push_back(rank);
+    by_local_rank[node + ", local rank " + r.at("local rank")].push_back(rank);
     const std::string& bus = r.at("GPU bus id");
-    if (bus != "-" && bus != "?") by_gpu[r.at("host") + " GPU " + bus].push_back(rank);
+    const std::string machine = node.substr(0, node.find('/'));  // GPUs belong to the machine
+    if (bus != "-" && bus != "?") by_gpu[machine + " GPU " + bus].push_back(rank);
   }
   for (const auto& [gpu, ranks] : by_gpu)
     if (ranks.size() > 1)
@@ -181,11 +185,11 @@ std::vector<std::string> launch_problems(const std::vector<Report>& reports, int
       problems.push_back("ranks " + ranks_text(ranks) + " both claim " + where +
                          "; fix: take the local rank from the launcher (LOCAL_RANK, SLURM_LOCALID, "
                          "OMPI_COMM_WORLD_LOCAL_RANK), not from rank % GPUs");
-  for (const auto& [host, ranks] : by_host) {
+  for (const auto& [node, ranks] : by_node) {
     const std::string claimed = reports[ranks.front()].at("local rank");  // "l of k"
     const std::string k = claimed.substr(claimed.find(" of ") + 4);
     if (k != std::to_string(ranks.size()))
-      problems.push_back(host + " runs " + std::to_string(ranks.size()) + " rank(s) (" + ranks_text(ranks) +
+      problems.push_back(node + " runs " + std::to_string(ranks.size()) + " rank(s) (" + ranks_text(ranks) +
                          ") but rank " + std::to_string(ranks.front()) + " thinks the node has " + k +
                          "; fix: the launcher's tasks per node (--ntasks-per-node, --nproc_per_node)");
   }
@@ -204,6 +208,8 @@ int hello(const ddp::Options& options, const ddp::LaunchEnv& launch, const ddp::
     diagnostics::check_init_file(launch.init_method);
   else if (launch.global_rank != 0)  // rank 0 serves the rendezvous: it may not listen yet
     diagnostics::wait_for_master(launch, group_options.rendezvous_timeout);
+  else if (!env.count("TORCHELASTIC_USE_AGENT_STORE"))  // under torchrun, torchrun serves it
+    diagnostics::check_master_is_here(launch);
 
   const auto start = Clock::now();
   ddp::ProcessGroup group(launch, device, group_options);

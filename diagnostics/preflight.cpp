@@ -112,6 +112,30 @@ double wait_for_master(const ddp::LaunchEnv& launch, milliseconds timeout) {
                 "share, and that no firewall blocks MASTER_PORT; --rendezvous-timeout sets how long to wait");
 }
 
+void check_master_is_here(const ddp::LaunchEnv& launch) {
+  const std::string fix = "export MASTER_ADDR=$(hostname -s) on the node of rank 0 (the job's first node), "
+                          "or pass --master-addr";
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (const int rc = ::getaddrinfo(launch.master_addr.c_str(), nullptr, &hints, &found); rc != 0)
+    throw ddp::Error("rank 0 on " + this_host() + " cannot resolve MASTER_ADDR " + launch.master_addr + ": " +
+                         gai_strerror(rc), fix);
+  std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> owned(found, &::freeaddrinfo);
+  for (const addrinfo* a = found; a != nullptr; a = a->ai_next) {
+    // An address is this host's when a socket can bind to it (port 0: any free port).
+    const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) continue;
+    const bool local = ::bind(fd, a->ai_addr, a->ai_addrlen) == 0;
+    ::close(fd);
+    if (local) return;
+  }
+  throw ddp::Error("rank 0 runs on " + this_host() + ", but MASTER_ADDR " + launch.master_addr +
+                       " is not an address of this host, so the other ranks would look for the master elsewhere",
+                   fix);
+}
+
 void check_init_file(const std::string& init_method) {
   namespace fs = std::filesystem;
   const fs::path file = init_method.substr(std::string("file://").size());

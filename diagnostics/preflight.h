@@ -1,6 +1,7 @@
 // defines: the checks `hello` runs before it joins the process group, so that a launch mistake
 //          fails in seconds with the setting to fix instead of hanging in the first collective:
-//          wait_for_master (a TCP connect to MASTER_ADDR:MASTER_PORT) and check_init_file.
+//          wait_for_master (a TCP connect to MASTER_ADDR:MASTER_PORT), check_master_is_here
+//          and check_init_file.
 //          Plain POSIX, no LibTorch.
 #pragma once
 
@@ -16,6 +17,11 @@ namespace diagnostics {
 // it waited; throws ddp::Error naming host:port, the last reason and the likely fix. Rank 0 serves
 // the rendezvous, so only the other ranks call this.
 double wait_for_master(const ddp::LaunchEnv& launch, std::chrono::milliseconds timeout);
+
+// For rank 0, which serves the rendezvous itself: MASTER_ADDR must be an address of this host
+// (the other ranks look for the master there, and rank 0's own store client connects to it).
+// Throws ddp::Error otherwise.
+void check_master_is_here(const ddp::LaunchEnv& launch);
 
 // For --init-method file:///path: the folder exists and this rank may create files in it.
 void check_init_file(const std::string& init_method);

@@ -30,6 +30,20 @@ add_test(NAME diagnostics.hello.master_unresolvable
           -- env RANK=1 WORLD_SIZE=2 $<TARGET_FILE:hello> --device cpu
              --master-addr no-such-host.invalid --master-port 29620 --rendezvous-timeout 30)
 
+# Rank 0 given a MASTER_ADDR that is not this host's (TEST-NET-1, RFC 5737) fails at once, before
+# any connection is tried; in a network namespace of its own with the guard route, so that even a
+# regression could not send a packet off this machine.
+find_program(DDPW_UNSHARE unshare)
+if(DDPW_UNSHARE)
+  add_test(NAME diagnostics.hello.master_not_this_host
+    COMMAND "${_expect}" --exit 1 --within 20
+            -e "MASTER_ADDR 192\\.0\\.2\\.1 is not an address of this host"
+            -- "${DDPW_UNSHARE}" --net sh -c
+               "ip link set lo up && ip route add unreachable 10.77.0.0/16 && exec \"$0\" \"$@\""
+               env RANK=0 WORLD_SIZE=2 $<TARGET_FILE:hello> --device cpu
+               --master-addr 192.0.2.1 --master-port 29623 --rendezvous-timeout 3)
+endif()
+
 # Bad sweep options are usage errors (exit 2), before any rank starts communicating.
 add_test(NAME diagnostics.allreduce_check.bad_size
   COMMAND "${_expect}" --exit 2 --within 20 -e "multiples of 4 B"
@@ -41,12 +55,21 @@ if(DDPW_MPIRUN)
   add_test(NAME diagnostics.hello.mpirun_2_ranks
     COMMAND "${_expect}" --exit 0 --within 60
             -e "^# hello: openmpi: rank 0 of 2"
-            -e "^0 +[^ ]+ +[0-9]+ +0 of 2 +cpu "
-            -e "^1 +[^ ]+ +[0-9]+ +1 of 2 +cpu "
+            -e "^0 +[^ ]+ +0 of 2 +[0-9]+ +cpu "
+            -e "^1 +[^ ]+ +1 of 2 +[0-9]+ +cpu "
             -e "^#   NCCL_DEBUG=INFO \\(all ranks\\)$"
             -e "^OK: 2 of 2 ranks reported$"
             -- ${_mpirun} -np 2 -x NCCL_DEBUG=INFO
                $<TARGET_FILE:hello> --device cpu --master-addr 127.0.0.1 --master-port 29611)
+
+  # Rendezvous through a file instead of a TCP store (a stale file would hold old keys: removed first).
+  set(_rdzv "${CMAKE_CURRENT_BINARY_DIR}/diagnostics-hello.rdzv")
+  add_test(NAME diagnostics.hello.file_rendezvous
+    COMMAND "${_expect}" --exit 0 --within 60
+            -e "^# hello: openmpi: rank 0 of 2, .*init file://"
+            -e "^OK: 2 of 2 ranks reported$"
+            -- sh -c "rm -f \"$0\" && exec \"$@\"" "${_rdzv}"
+               ${_mpirun} -np 2 $<TARGET_FILE:hello> --device cpu --init-method "file://${_rdzv}")
 
   # Both ranks claim local rank 0 (a launch bug): every rank reports, and the run fails naming it.
   add_test(NAME diagnostics.hello.duplicate_local_rank
@@ -83,7 +106,7 @@ if(DDPW_TORCHRUN)
   add_test(NAME diagnostics.hello.torchrun_2_ranks
     COMMAND "${_expect}" --exit 0 --within 90
             -e "^# hello: torchrun: rank 0 of 2"
-            -e "^1 +[^ ]+ +[0-9]+ +1 of 2 +cpu "
+            -e "^1 +[^ ]+ +1 of 2 +[0-9]+ +cpu "
             -e "^OK: 2 of 2 ranks reported$"
             -- "${DDPW_TORCHRUN}" --standalone --nproc_per_node=2 --no-python $<TARGET_FILE:hello> --device cpu)
 endif()

@@ -149,7 +149,7 @@ TEST_F(IdxTest, MissingFileIsNamed) {
 
 TEST_F(IdxTest, MissingDirectoryIsNamed) {
   remove_tree(dir_);
-  expect_error(ddp::Split::kTest, "t10k-images-idx3-ubyte", "not found");
+  expect_error(ddp::Split::kTest, "t10k-images-idx3-ubyte", "data folder " + dir_ + " does not exist");
 }
 
 TEST_F(IdxTest, WrongMagicNumber) {

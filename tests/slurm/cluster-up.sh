@@ -8,6 +8,7 @@
 # MUNGE runs privately (own key and socket under DIR); nothing under /etc is touched.
 # Afterwards: source DIR/env (sets SLURM_CONF); tear down with cluster-down.sh DIR.
 set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
 
 mode=${1:?usage: cluster-up.sh single|netns DIR [NNODES]}
 dir=${2:?usage: cluster-up.sh single|netns DIR [NNODES]}
@@ -29,6 +30,9 @@ case $mode in
   *) die "MODE must be single or netns, got '$mode'" ;;
 esac
 dir=$(mkdir -p "$dir" && cd "$dir" && pwd)
+# Whatever fails below, take down what was already started (daemons, namespaces, bridge).
+up=0
+trap '[ $up = 1 ] || { echo "cluster-up: failed; tearing down what it started" >&2; "$here/cluster-down.sh" "$dir"; }' EXIT
 mkdir -p "$dir"/{etc,state,log,spool,tmp,dev,munge}
 chmod 0700 "$dir/munge"
 echo "$mode" > "$dir/mode"
@@ -37,7 +41,7 @@ echo "$mode" > "$dir/mode"
 free_port() {
   local port
   for port in $(shuf -i 20000-29999 -n 200); do
-    ss -Htln "sport = :$port" | grep -q . || { echo "$port"; return; }
+    [ -n "$(ss -Htln "sport = :$port")" ] || { echo "$port"; return; }
   done
   die "no free TCP port found"
 }
@@ -57,7 +61,8 @@ if [ "$mode" = netns ]; then
   ctl_addr=$subnet.1
   # Guard first, never removed: traffic for 10.77/16 that is not on our bridge fails here
   # ("No route to host") instead of following the default route off the machine.
-  ip route show | grep -q '^unreachable 10.77.0.0/16' || ip route add unreachable 10.77.0.0/16
+  routes=$(ip route show)   # (not piped into grep -q: with pipefail, SIGPIPE would read as "absent")
+  grep -q '^unreachable 10.77.0.0/16' <<< "$routes" || ip route add unreachable 10.77.0.0/16
   ip link add "$bridge" type bridge && echo "$bridge" > "$dir/bridge"
   ip addr add "$ctl_addr/24" dev "$bridge"
   ip link set "$bridge" up
@@ -156,3 +161,4 @@ if [ "$(sinfo -h -N -t idle -o %N 2>/dev/null | wc -l)" -lt "$nodes" ]; then
   die "nodes did not become idle within 30 s (logs above, all in $dir/log)"
 fi
 sinfo -N
+up=1

@@ -85,13 +85,14 @@ site_options() {
 
 # submit SITE SCRIPT [SCRIPT ARGS...]: sbatch clusters/SITE/SCRIPT from a fresh run folder, wait
 # (bounded), and set JOB_ID, JOB_STATE, JOB_EXIT ("0:0"), JOB_LOG, RUN_DIR, JOB_SECONDS.
-# SBATCH_EXTRA (an array) adds sbatch options; SUBMIT_NO_WAIT=1 returns right after sbatch.
+# SBATCH_EXTRA (an array) adds sbatch options, SITE_OPTIONS replaces site_options' (a string);
+# SUBMIT_NO_WAIT=1 returns right after sbatch.
 submit() {
   local site=$1 script=$2; shift 2
   RUN_DIR=$TEST_DIR/runs/$site-${script%.sbatch}
   mkdir -p "$RUN_DIR"
   local -a opts
-  read -r -a opts <<< "$(site_options "$site")"
+  read -r -a opts <<< "${SITE_OPTIONS-$(site_options "$site")}"
   JOB_ID=$(cd "$RUN_DIR" && sbatch --parsable "${opts[@]}" "${SBATCH_EXTRA[@]}" \
              "$DDPW_ROOT/clusters/$site/$script" "$@") || fail "sbatch $site/$script was refused"
   JOB_ID=${JOB_ID%%;*}

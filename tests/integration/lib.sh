@@ -1,0 +1,44 @@
+# Shared helpers of the integration tests (sourced). Every test runs in its own temp folder,
+# uses its own port, and ends only the processes it started.
+# shellcheck shell=bash
+set -euo pipefail
+BIN=${DDPW_BIN:?DDPW_BIN must point at build/bin}
+VENV_BIN=${DDPW_HOME:-$HOME/.cache/ddp-workshop}/venv/bin
+[ -d "$VENV_BIN" ] && PATH=$PATH:$VENV_BIN
+WORK=$(mktemp -d /tmp/ddpw-it.XXXXXX)
+trap 'rm -rf "$WORK"' EXIT
+cd "$WORK"
+
+fail() { echo "FAIL: $*" >&2; exit 1; }
+pass() { echo "PASS: $*"; }
+
+# Runs a command with a hard time limit, output to a log; returns its exit code.
+run_logged() {
+  local log=$1; shift
+  local rc=0
+  timeout --kill-after=10 "${DDPW_TEST_TIMEOUT:-240}" "$@" >"$log" 2>&1 || rc=$?
+  return $rc
+}
+
+# "Epoch N | train loss X" lines printed by rank 0: the loss of the first and the last epoch.
+first_loss() { grep -E '^Epoch [0-9]+ \| train loss' "$1" | head -n1 | sed -E 's/.*train loss ([0-9.e+-]+).*/\1/'; }
+last_loss()  { grep -E '^Epoch [0-9]+ \| train loss' "$1" | tail -n1 | sed -E 's/.*train loss ([0-9.e+-]+).*/\1/'; }
+
+# The checks every distributed run must pass: the loss fell, every rank ended with the same
+# weights, exactly `ranks` ranks reported, only rank 0 wrote the snapshot.
+check_training_log() {
+  local log=$1 ranks=$2 writer=$3
+  local a b
+  a=$(first_loss "$log"); b=$(last_loss "$log")
+  [ -n "$a" ] && [ -n "$b" ] || fail "no epoch lines in $log"
+  awk -v a="$a" -v b="$b" 'BEGIN { exit !(b < a) }' || fail "loss did not fall ($a -> $b)"
+  local sums
+  sums=$(grep -E 'final weights checksum' "$log" | awk '{print $NF}' | sort -u)
+  [ "$(grep -cE 'final weights checksum' "$log")" -eq "$ranks" ] || fail "expected $ranks checksum lines"
+  [ "$(echo "$sums" | wc -l)" -eq 1 ] || fail "ranks ended with different weights: $sums"
+  local writers
+  writers=$(grep -E 'Training snapshot saved' "$log" | sed -E 's/^(\[[^]]*\]).*/\1/' | sort -u)
+  [ "$writers" = "$writer" ] || fail "snapshot writers were '$writers', expected only '$writer'"
+  [ -s snapshot.pt ] || fail "no snapshot written"
+  echo "loss $a -> $b; $ranks ranks, weights checksum $sums; writer $writer"
+}
