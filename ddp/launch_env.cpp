@@ -76,7 +76,6 @@ void from_openmpi(const EnvMap& env, LaunchEnv& l) {
   l.world_size = *size;
   l.local_rank = get_int(env, "OMPI_COMM_WORLD_LOCAL_RANK").value_or(l.global_rank);
   l.local_world_size = get_int(env, "OMPI_COMM_WORLD_LOCAL_SIZE").value_or(l.world_size);
-  l.node_rank = get_int(env, "OMPI_COMM_WORLD_NODE_RANK").value_or(0);
 }
 
 void from_slurm(const EnvMap& env, LaunchEnv& l) {

@@ -1,11 +1,12 @@
 #include "ddp/options.h"
 
+#include "ddp/files.h"
+
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
 #include <regex>
 
 namespace ddp {
@@ -18,17 +19,14 @@ namespace {
 
 void check_writable_file(const std::string& program, const std::string& option, const std::string& path) {
   if (path.empty()) return;
-  namespace fs = std::filesystem;
-  fs::path dir = fs::path(path).parent_path();
-  if (dir.empty()) dir = ".";
-  std::error_code ec;
-  if (!fs::is_directory(dir, ec))
-    usage_error(program, option + " '" + path + "': folder '" + dir.string() + "' does not exist",
-                "create it (mkdir -p " + dir.string() + ") or choose another path with " + option);
+  const std::string dir = parent_dir(path);
+  if (!is_directory(dir))
+    usage_error(program, option + " '" + path + "': folder '" + dir + "' does not exist",
+                "create it (mkdir -p " + dir + ") or choose another path with " + option);
   if (::access(dir.c_str(), W_OK | X_OK) != 0)
-    usage_error(program, option + " '" + path + "': folder '" + dir.string() + "' is not writable",
+    usage_error(program, option + " '" + path + "': folder '" + dir + "' is not writable",
                 "choose a path in a folder you can write with " + option);
-  if (fs::is_directory(path, ec))
+  if (is_directory(path))
     usage_error(program, option + " '" + path + "' is a folder, not a file", "name a file with " + option);
 }
 
@@ -41,14 +39,15 @@ Options parse_options(int argc, char** argv, const std::string& description, uns
 Options parse_options(int argc, char** argv, const std::string& description, unsigned groups,
                       const AddOptions& add_options) {
   Options o;
-  const std::string program = std::filesystem::path(argv[0]).filename().string();
+  const std::string program = base_name(argv[0]);
   CLI::App app{description, program};
   app.option_defaults()->always_capture_default();
 
   if (groups & kTrainingOptions) {
-    app.add_option("total_epochs", o.total_epochs, "Epochs to train")->required()->check(CLI::Range(1, 1000000));
+    app.add_option("total_epochs", o.total_epochs, "Epochs to train")
+        ->required()->default_str("")->check(CLI::Range(1, 1000000));
     app.add_option("save_every", o.save_every, "Write a snapshot every N epochs")
-        ->required()->check(CLI::Range(1, 1000000));
+        ->required()->default_str("")->check(CLI::Range(1, 1000000));
     app.add_option("--batch-size,--batch_size", o.batch_size, "Samples per step on each rank")
         ->check(CLI::Range(1, 1 << 20));
     app.add_option("--device", o.device, "auto (CUDA if available, else CPU), cpu, cuda or cuda:N");
@@ -59,7 +58,11 @@ Options parse_options(int argc, char** argv, const std::string& description, uns
         ->check(CLI::Range(1, 1 << 20));
     app.add_option("--lr", o.lr, "Learning rate (0: the workload's default)")->check(CLI::Range(0.0, 1e6));
     app.add_option("--gamma", o.gamma, "Learning-rate decay per epoch (CNN)")->check(CLI::Range(0.0, 1.0));
-    app.add_option("--seed", o.seed, "Seed for data, weights and the sampler");
+    // CLI11 2.1 reads "-3" into the unsigned seed as 2^64-3 without a word: refuse a sign.
+    app.add_option("--seed", o.seed, "Seed for data, weights and the sampler")
+        ->check(CLI::Validator(
+            [](std::string& v) { return v.find('-') == std::string::npos ? std::string() : "must be 0 or more, not " + v; },
+            "UINT", "NonNegativeWholeNumber"));
     app.add_option("--threads", o.threads, "Intra-op threads per rank (0: cores / local ranks)")
         ->check(CLI::Range(0, 1024));
     app.add_option("--snapshot", o.snapshot_path, "Snapshot file (resumed from if it exists)");

@@ -98,6 +98,12 @@ ProcessGroup::ProcessGroup(const LaunchEnv& launch, const torch::Device& device,
             "use --backend gloo for CPU training, or --device cuda");
 
   store_ = rendezvous(launch, options.rendezvous_timeout);
+  // Two processes claiming one rank (a launcher inside a launcher) would silently corrupt the group.
+  if (store_->add("ddpw/rank_claimed/" + std::to_string(rank_), 1) != 1)
+    throw Error("two processes claim rank " + std::to_string(rank_) + " of the group at " + launch.master_addr + ":" +
+                    std::to_string(launch.master_port),
+                "start one copy of the program per rank: do not run a self-spawning program under torchrun/mpirun, "
+                "and give concurrent jobs different master ports");
   auto backend_store = c10::make_intrusive<c10d::PrefixStore>(backend_name_, store_);
   const auto start = Clock::now();
   try {
@@ -128,7 +134,7 @@ ProcessGroup::ProcessGroup(const LaunchEnv& launch, const torch::Device& device,
                 "NCCL_SOCKET_IFNAME name the network interface to use)");
   }
   // Every rank arrives here or the group fails now, not at the first training step.
-  barrier("the first collective after joining the group");
+  if (options.barrier_on_join) barrier("the first collective after joining the group");
 }
 
 ProcessGroup::~ProcessGroup() = default;
@@ -142,7 +148,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroup::allreduce_sum_async(std::vector<tor
 void ProcessGroup::wait(const c10::intrusive_ptr<c10d::Work>& work, const std::string& what) {
   const auto start = Clock::now();
   try {
-    work->wait(collective_timeout_);
+    // NCCL: wait() only orders the streams (the GPU keeps overlapping); its watchdog enforces the
+    // collective timeout. A wait with a timeout would block the CPU, polling every millisecond.
+    if (backend_name_ == "nccl")
+      work->wait();
+    else
+      work->wait(collective_timeout_);
   } catch (const std::exception& e) {
     std::string why = e.what();
     if (const auto* ce = dynamic_cast<const c10::Error*>(&e)) why = ce->what_without_backtrace();

@@ -34,6 +34,7 @@ struct ProcessGroupOptions {
   std::string backend = "auto";  // auto: NCCL for CUDA devices, Gloo for CPU
   std::chrono::milliseconds rendezvous_timeout{std::chrono::minutes(5)};
   std::chrono::milliseconds collective_timeout{std::chrono::minutes(10)};
+  bool barrier_on_join = true;  // the diagnostics turn it off to report before any collective
 };
 
 class ProcessGroup {

@@ -6,12 +6,13 @@
 
 #include <array>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
-#include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include "ddp/error.h"
+#include "ddp/files.h"
 
 #ifdef DDPW_HAVE_CUDA
 #include <ATen/cuda/CUDAGeneratorImpl.h>
@@ -105,7 +106,7 @@ void read_model(torch::serialize::InputArchive& archive, torch::nn::Module& mode
 std::optional<torch::serialize::InputArchive> open_archive(const std::string& path, const torch::Device& device) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
-    if (!std::filesystem::exists(path)) return std::nullopt;
+    if (!path_exists(path)) return std::nullopt;
     throw snapshot_error(path, "cannot be read (" + std::string(std::strerror(errno)) + ")");
   }
   std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -184,8 +185,7 @@ void save_snapshot(const std::string& path, torch::nn::Module& model, torch::opt
     ::unlink(tmp.c_str());
     throw Error("cannot replace '" + path + "': " + why, "choose a writable --snapshot path");
   }
-  std::filesystem::path dir = std::filesystem::path(path).parent_path();
-  const int dfd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  const int dfd = ::open(parent_dir(path).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dfd >= 0) {
     ::fsync(dfd);
     ::close(dfd);
@@ -193,7 +193,7 @@ void save_snapshot(const std::string& path, torch::nn::Module& model, torch::opt
 }
 
 std::optional<TrainingState> load_snapshot(const std::string& path, torch::nn::Module& model,
-                                           torch::optim::Optimizer& optimizer) {
+                                           torch::optim::Optimizer& optimizer, int64_t world_size) {
   auto archive = open_archive(path, device_of(model));
   if (!archive) return std::nullopt;
   read_model(*archive, model, path);
@@ -202,6 +202,14 @@ std::optional<TrainingState> load_snapshot(const std::string& path, torch::nn::M
   state.step_in_epoch = read_int(*archive, "meta/step_in_epoch", path);
   state.seed = static_cast<uint64_t>(read_int(*archive, "meta/seed", path));
   state.world_size = read_int(*archive, "meta/world_size", path);
+  if (state.world_size != world_size && state.step_in_epoch > 0) {
+    std::fprintf(stderr, "warning: snapshot '%s' was taken by %lld rank(s) at step %lld of epoch %lld; with %lld rank(s) "
+                 "the shards differ, so epoch %lld restarts from its first step\n", path.c_str(),
+                 static_cast<long long>(state.world_size), static_cast<long long>(state.step_in_epoch),
+                 static_cast<long long>(state.epochs_run), static_cast<long long>(world_size),
+                 static_cast<long long>(state.epochs_run));
+    state.step_in_epoch = 0;
+  }
   torch::serialize::InputArchive optimizer_archive;
   if (!archive->try_read("optimizer", optimizer_archive)) throw snapshot_error(path, "has no optimizer state");
   try {

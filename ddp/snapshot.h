@@ -24,9 +24,10 @@ void save_snapshot(const std::string& path, torch::nn::Module& model, torch::opt
                    const TrainingState& state);
 
 // nullopt when `path` does not exist. Throws ddp::Error naming the file when it is truncated,
-// corrupt or from a model of another shape; the file is left as it is.
+// corrupt or from a model of another shape; the file is left as it is. A snapshot taken mid-epoch
+// by another number of ranks resumes at the start of that epoch (the shards differ), with a warning.
 std::optional<TrainingState> load_snapshot(const std::string& path, torch::nn::Module& model,
-                                           torch::optim::Optimizer& optimizer);
+                                           torch::optim::Optimizer& optimizer, int64_t world_size);
 
 // Loads only the model's weights (e.g. into a plain, unwrapped model for evaluation).
 void load_model_weights(const std::string& path, torch::nn::Module& model);

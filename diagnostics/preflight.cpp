@@ -10,11 +10,11 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
 #include <memory>
 #include <thread>
 
 #include "ddp/error.h"
+#include "ddp/files.h"
 
 namespace diagnostics {
 namespace {
@@ -137,15 +137,12 @@ void check_master_is_here(const ddp::LaunchEnv& launch) {
 }
 
 void check_init_file(const std::string& init_method) {
-  namespace fs = std::filesystem;
-  const fs::path file = init_method.substr(std::string("file://").size());
-  fs::path dir = file.parent_path();
-  if (dir.empty()) dir = ".";
-  std::error_code ec;
-  DDP_CHECK(fs::is_directory(dir, ec), "rendezvous file " + file.string() + ": folder " + dir.string() + " does not exist on " + this_host(),
+  const std::string file = init_method.substr(std::string("file://").size());
+  const std::string dir = ddp::parent_dir(file);
+  DDP_CHECK(ddp::is_directory(dir), "rendezvous file " + file + ": folder " + dir + " does not exist on " + this_host(),
             "use a folder on a filesystem every node shares (e.g. file://$PWD/rdzv.$SLURM_JOB_ID)");
   DDP_CHECK(::access(dir.c_str(), W_OK | X_OK) == 0,
-            "rendezvous file " + file.string() + ": folder " + dir.string() + " is not writable on " + this_host(),
+            "rendezvous file " + file + ": folder " + dir + " is not writable on " + this_host(),
             "choose a folder you can write, on a filesystem every node shares");
 }
 

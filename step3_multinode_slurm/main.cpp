@@ -56,7 +56,7 @@ class Trainer {
     tag_ = std::string(device.is_cuda() ? "[GPU" : "[CPU") + std::to_string(local_rank_) + "]";
 
     if (opt.fresh) return;
-    if (auto state = ddp::load_snapshot(opt.snapshot_path, plain_model(), *optimizer_)) {
+    if (auto state = ddp::load_snapshot(opt.snapshot_path, plain_model(), *optimizer_, world_size_)) {
       epochs_run_ = state->epochs_run;
       first_step_ = state->step_in_epoch;
       std::printf("%s Resuming training from snapshot %s at epoch %lld, step %lld\n", tag_.c_str(),

@@ -8,11 +8,11 @@
 
 #include <chrono>
 #include <cstdio>
-#include <filesystem>
 #include <functional>
 #include <string>
 
 #include "ddp/error.h"
+#include "ddp/files.h"
 #include "ddp/launch_env.h"
 #include "ddp/process_group.h"
 #include "ddp/spawn.h"
@@ -28,7 +28,7 @@ inline int run_ranks(int n, const std::function<int(int rank, std::shared_ptr<dd
     if (!::mkdtemp(dir)) return 1;
     ::setenv("DDPW_TEST_STORE", (std::string(dir) + "/store").c_str(), 1);
     const int rc = ddp::spawn(n, nullptr);
-    std::filesystem::remove_all(dir);
+    ddp::remove_tree(dir);
     return rc;
   }
   return ddp::spawn(n, [&](int rank) {

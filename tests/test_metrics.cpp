@@ -7,7 +7,6 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
 #include <fstream>
 #include <regex>
 #include <sstream>
@@ -19,8 +18,8 @@
 
 namespace {
 
-namespace fs = std::filesystem;
-
+// POSIX calls rather than std::filesystem: this test may be linked with LibTorch, whose wheels
+// export an older copy of parts of std::filesystem (pytorch/pytorch#133437).
 const char* const kHeader =
     "epoch,world_size,ranks_per_node,threads,train_loss,test_loss,test_accuracy,samples_per_s,epoch_seconds";
 
@@ -32,7 +31,9 @@ std::vector<std::string> read_lines(const std::string& path) {
 }
 
 std::string temp_path(const std::string& name) {
-  return (fs::temp_directory_path() / ("ddpw_metrics_" + std::to_string(::getpid()) + "_" + name)).string();
+  const char* tmp = std::getenv("TMPDIR");
+  return std::string(tmp != nullptr && *tmp != 0 ? tmp : "/tmp") + "/ddpw_metrics_" + std::to_string(::getpid()) +
+         "_" + name;
 }
 
 ddp::EpochMetrics row(int64_t epoch) {
@@ -51,7 +52,7 @@ ddp::EpochMetrics row(int64_t epoch) {
 
 TEST(MetricsWriter, HeaderOnceAndOneRowPerEpochAcrossAppends) {
   const auto path = temp_path("append.csv");
-  fs::remove(path);
+  std::remove(path.c_str());
   {
     ddp::MetricsWriter writer(path, /*append=*/true);
     writer.write(row(0));
@@ -71,7 +72,7 @@ TEST(MetricsWriter, HeaderOnceAndOneRowPerEpochAcrossAppends) {
   EXPECT_EQ(lines[0], kHeader);
   EXPECT_EQ(lines[2].substr(0, 2), "1,");
   EXPECT_EQ(lines[3].substr(0, 2), "2,");
-  fs::remove(path);
+  std::remove(path.c_str());
 }
 
 TEST(MetricsWriter, FreshRunStartsAgain) {
@@ -88,12 +89,12 @@ TEST(MetricsWriter, FreshRunStartsAgain) {
   const auto lines = read_lines(path);
   ASSERT_EQ(lines.size(), 2u);
   EXPECT_EQ(lines[0], kHeader);
-  fs::remove(path);
+  std::remove(path.c_str());
 }
 
 TEST(MetricsWriter, FileIsReadableByTheUserOnly) {
   const auto path = temp_path("mode.csv");
-  fs::remove(path);
+  std::remove(path.c_str());
   const mode_t old_mask = ::umask(0);  // even with a permissive umask
   {
     ddp::MetricsWriter writer(path, true);
@@ -103,7 +104,7 @@ TEST(MetricsWriter, FileIsReadableByTheUserOnly) {
   struct stat info {};
   ASSERT_EQ(::stat(path.c_str(), &info), 0);
   EXPECT_EQ(info.st_mode & 0777, 0600u);
-  fs::remove(path);
+  std::remove(path.c_str());
 }
 
 TEST(MetricsWriter, DefaultWriterWritesNothing) {
@@ -167,7 +168,7 @@ TEST(Progress, PlainLinesInALogFile) {
     EXPECT_NEAR(std::stod(m[2]), 1.0 / (2.0 * static_cast<double>(i + 1)), 1e-4);
   }
   EXPECT_TRUE(lines.back().ends_with("ETA 00:00")) << lines.back();
-  fs::remove(path);
+  std::remove(path.c_str());
 }
 
 TEST(Progress, ExplicitIntervalAndLastStep) {
@@ -184,6 +185,7 @@ TEST(Progress, ExplicitIntervalAndLastStep) {
   EXPECT_NE(out.find("p step 9/10 "), std::string::npos) << out;
   EXPECT_NE(out.find("p step 10/10 "), std::string::npos) << out;  // the last step always shows
   EXPECT_EQ(out.find("p step 4/10 "), std::string::npos) << out;
+  std::remove(path.c_str());
 }
 
 TEST(Progress, OneRewrittenLineOnATerminal) {

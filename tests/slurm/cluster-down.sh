@@ -48,4 +48,9 @@ if [ -f "$dir/bridge" ]; then
   ip link del "$(cat "$dir/bridge")" 2>/dev/null
   rm -f "$dir/bridge"
 fi
+if [ -f /run/ddpw-slurm-test.clusters ]; then
+  dir_abs=$(cd "$dir" && pwd)
+  grep -vxF -- "$dir_abs" /run/ddpw-slurm-test.clusters > /run/ddpw-slurm-test.clusters.new || true
+  mv /run/ddpw-slurm-test.clusters.new /run/ddpw-slurm-test.clusters
+fi
 exit 0

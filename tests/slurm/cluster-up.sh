@@ -5,7 +5,8 @@
 #                    private bridge (10.77.0.0/24), with its own hostname and /etc/hosts.
 # Every node has 64 CPUs, 256 GB and 4 GPUs *for Slurm's bookkeeping only* (gres files are /dev/null
 # clones), so the sites' #SBATCH lines (--cpus-per-task=40, --mem=32G, --gpus-per-node=2) are accepted.
-# MUNGE runs privately (own key and socket under DIR); nothing under /etc is touched.
+# MUNGE runs privately (own key and socket under DIR); nothing under /etc is touched. Each cluster
+# is listed in /run/ddpw-slurm-test.clusters until it is torn down.
 # Afterwards: source DIR/env (sets SLURM_CONF); tear down with cluster-down.sh DIR.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -30,6 +31,9 @@ case $mode in
   *) die "MODE must be single or netns, got '$mode'" ;;
 esac
 dir=$(mkdir -p "$dir" && cd "$dir" && pwd)
+# Every cluster is listed here until cluster-down.sh removes it, so one left by a killed run can
+# be found and taken down later (tests/slurm/lib.sh does, before starting its own).
+echo "$dir" >> /run/ddpw-slurm-test.clusters
 # Whatever fails below, take down what was already started (daemons, namespaces, bridge).
 up=0
 trap '[ $up = 1 ] || { echo "cluster-up: failed; tearing down what it started" >&2; "$here/cluster-down.sh" "$dir"; }' EXIT
@@ -101,7 +105,7 @@ SlurmdUser=root
 AuthType=auth/munge
 CredType=cred/munge
 # cred_expire also sets how long a requeued job waits before it may start again
-AuthInfo=socket=$socket,cred_expire=10
+AuthInfo=socket=$socket,cred_expire=5
 MpiDefault=none
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none

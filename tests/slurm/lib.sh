@@ -41,9 +41,27 @@ require_torchrun() {
 start_cluster() {
   exec 9> /tmp/ddpw-slurm-tests.lock
   flock -w 900 9 || fail "another Slurm test held /tmp/ddpw-slurm-tests.lock for 15 min"
+  # Holding the lock, any cluster still listed was left by a run that was killed: take it down.
+  local stale
+  if [ -f /run/ddpw-slurm-test.clusters ]; then
+    while read -r stale; do
+      [ -d "$stale" ] || continue
+      note "taking down a cluster left by a killed run: $stale"
+      "$slurm_tests/cluster-down.sh" "$stale"
+    done < <(cat /run/ddpw-slurm-test.clusters)
+    : > /run/ddpw-slurm-test.clusters
+  fi
   TEST_DIR=$(mktemp -d /tmp/ddpw-slurm.XXXXXX)
   trap cleanup EXIT
-  trap 'exit 130' INT TERM
+  trap 'echo "FAIL: interrupted (the test'"'"'s own deadline, or Ctrl-C)" >&2; exit 130' INT TERM
+  # Our own deadline, below CTest's TIMEOUT (CTest kills with SIGKILL, which skips the cleanup).
+  # Its output goes nowhere: CTest waits for every holder of the test's stdout to finish.
+  ( trap 'kill "$sleeper" 2>/dev/null; exit 0' TERM
+    sleep "${DDPW_SLURM_TEST_TIMEOUT:-540}" & sleeper=$!
+    # only while this test still runs (our parent): its PID may belong to another process later
+    wait "$sleeper" && [ "$(ps -o ppid= -p "$BASHPID" | tr -d ' ')" = $$ ] && kill -TERM $$
+  ) >/dev/null 2>&1 </dev/null &
+  WATCHDOG=$!
   local started=$SECONDS
   "$slurm_tests/cluster-up.sh" "$1" "$TEST_DIR/cluster" "${2:-2}" > "$TEST_DIR/cluster-up.log" 2>&1 ||
     { cat "$TEST_DIR/cluster-up.log" >&2; fail "cluster-up.sh $1 failed"; }
@@ -59,6 +77,7 @@ start_cluster() {
 cleanup() {
   local rc=$?
   trap - EXIT INT TERM
+  [ -n "${WATCHDOG:-}" ] && kill "$WATCHDOG" 2>/dev/null
   if [ -n "${TEST_DIR:-}" ] && [ -d "$TEST_DIR" ]; then
     if [ "$rc" != 0 ] && [ "$rc" != 77 ]; then
       echo "== failed: the daemons' last log lines ==" >&2
@@ -89,7 +108,8 @@ site_options() {
 # SUBMIT_NO_WAIT=1 returns right after sbatch.
 submit() {
   local site=$1 script=$2; shift 2
-  RUN_DIR=$TEST_DIR/runs/$site-${script%.sbatch}
+  SUBMISSIONS=$((${SUBMISSIONS:-0} + 1))   # a fresh folder each time: no snapshot to resume from
+  RUN_DIR=$TEST_DIR/runs/$SUBMISSIONS-$site-${script%.sbatch}
   mkdir -p "$RUN_DIR"
   local -a opts
   read -r -a opts <<< "${SITE_OPTIONS-$(site_options "$site")}"

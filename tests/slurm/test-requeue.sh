@@ -11,7 +11,7 @@ require_programs solutions/step2_env_launch solutions/step3_multinode_slurm
 require_torchrun
 command -v mpirun >/dev/null || fail "mpirun not found: apt-get install openmpi-bin"
 start_cluster netns 2
-epochs=${DDPW_REQUEUE_EPOCHS:-40}
+epochs=${DDPW_REQUEUE_EPOCHS:-20}
 
 wait_for_log() {  # wait_for_log PATTERN SECONDS
   local deadline=$((SECONDS + $2))
@@ -45,9 +45,19 @@ stop_and_resume() {
   [ "$(wc -l <<< "$stop")" = 1 ] || { show_log; fail "job $JOB_ID: ranks stopped at different steps: $stop"; }
   expect_lines "$ranks" "$stop \\(signal"
   expect_lines "$ranks" "Resuming training from snapshot .* at ${stop#Stopping at }$"
+  final_losses+=("$(grep -Eo "Epoch $((epochs - 1)) \| train loss [0-9.]+" "$JOB_LOG")")
 }
+
+# The reference: the same training, never interrupted.
+submit della step3.sbatch "$epochs" 1000
+expect_success
+final_losses=("$(grep -Eo "Epoch $((epochs - 1)) \| train loss [0-9.]+" "$JOB_LOG")")
 
 stop_and_resume della step3.sbatch 4
 stop_and_resume hipergator step2.sbatch 4
 stop_and_resume supercloud step2.sbatch 4
+# Resuming mid-epoch must not change the result: every run ends exactly where the uninterrupted one did.
+[ "$(printf '%s\n' "${final_losses[@]}" | sort -u | wc -l)" = 1 ] ||
+  fail "stopped-and-resumed runs end differently from the uninterrupted one: $(printf '[%s] ' "${final_losses[@]}")"
+note "all four runs end with: ${final_losses[0]}"
 echo "PASS: stop at the time limit, snapshot, requeue and resume work with srun, torchrun and mpirun"
