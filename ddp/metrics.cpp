@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <cstdlib>
 #include <utility>
 
 #include "ddp/error.h"
@@ -57,15 +58,22 @@ Progress::Progress(std::string prefix, int64_t total_steps, int64_t samples_per_
     : prefix_(std::move(prefix)),
       total_(total_steps),
       samples_per_step_(samples_per_step),
-      every_(every > 0 ? every : std::max<int64_t>(1, (total_steps + 3) / 4)),
+      every_(every),
       start_(std::chrono::steady_clock::now()),
-      tty_(::isatty(::fileno(stdout)) != 0) {}
+      last_(start_),
+      // mpirun hands every rank a pseudo-terminal, and several ranks rewriting "one" line garble it.
+      tty_(::isatty(::fileno(stdout)) != 0 && std::getenv("OMPI_COMM_WORLD_SIZE") == nullptr) {}
 
 // `step` counts the steps done in this epoch (1..total); rate and ETA assume this Progress saw
 // them all (construct it at the start of the epoch).
 void Progress::update(int64_t step, double loss) {
-  const bool due = step % every_ == 0 || step == total_;
-  if (!due && !tty_) return;  // a terminal gets a live line; a log file only the due lines
+  // --log-every N: every N steps. Otherwise a line every 30 s, so short epochs print nothing but
+  // their summary and a long one shows its progress in a batch log; a terminal gets a live line.
+  const auto now = std::chrono::steady_clock::now();
+  const bool due = every_ > 0 ? step % every_ == 0 || step == total_ : now - last_ >= std::chrono::seconds(30);
+  const bool live = tty_ && (step == total_ || now - last_ >= std::chrono::milliseconds(200));
+  if (!due && !live) return;
+  last_ = now;
 
   const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   const double rate = elapsed > 0 ? static_cast<double>(step * samples_per_step_) / elapsed : 0;

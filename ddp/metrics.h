@@ -35,7 +35,7 @@ class MetricsWriter {
 
 class Progress {
  public:
-  // total_steps: steps of this epoch; every: a line every N steps (0: four per epoch).
+  // total_steps: steps of this epoch; every: a line every N steps (0: every 30 s).
   Progress(std::string prefix, int64_t total_steps, int64_t samples_per_step, int64_t every);
   void update(int64_t step, double loss);  // call after each step; prints when due
   void finish();                           // ends a terminal line
@@ -43,7 +43,7 @@ class Progress {
  private:
   std::string prefix_;
   int64_t total_, samples_per_step_, every_;
-  std::chrono::steady_clock::time_point start_;
+  std::chrono::steady_clock::time_point start_, last_;
   bool tty_;
   bool open_line_ = false;
 };

@@ -68,7 +68,7 @@ Options parse_options(int argc, char** argv, const std::string& description, uns
     app.add_option("--snapshot", o.snapshot_path, "Snapshot file (resumed from if it exists)");
     app.add_flag("--fresh", o.fresh, "Ignore an existing snapshot and start from epoch 0");
     app.add_option("--metrics", o.metrics_path, "Per-epoch metrics CSV, written by rank 0");
-    app.add_option("--log-every", o.log_every, "Progress line every N steps (0: four per epoch)")
+    app.add_option("--log-every", o.log_every, "Progress line every N steps (0: every 30 s)")
         ->check(CLI::Range(0, 1 << 30));
   }
   if (groups & kSpawnOptions)

@@ -32,7 +32,7 @@ struct Options {
   std::string snapshot_path = "snapshot.pt";
   bool fresh = false;           // ignore an existing snapshot and start again
   std::string metrics_path;     // per-epoch CSV, written by rank 0 (empty: none)
-  int log_every = 0;            // progress line every N steps (0: a few per epoch)
+  int log_every = 0;            // progress line every N steps (0: every 30 s)
 
   // Distributed settings (steps 1-3 and the diagnostics).
   int nproc = 2;                // step 1: workers to start when there is no GPU

@@ -148,7 +148,7 @@ TEST(Progress, PlainLinesInALogFile) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
   ASSERT_GE(fd, 0);
   with_stdout(fd, [] {
-    ddp::Progress progress("[GPU0] Epoch 3", /*total_steps=*/8, /*samples_per_step=*/32, /*every=*/0);
+    ddp::Progress progress("[GPU0] Epoch 3", /*total_steps=*/8, /*samples_per_step=*/32, /*every=*/2);
     for (int64_t step = 1; step <= 8; ++step) progress.update(step, 1.0 / static_cast<double>(step));
     progress.finish();
   });
@@ -159,7 +159,7 @@ TEST(Progress, PlainLinesInALogFile) {
   std::vector<std::string> lines;
   std::istringstream in(out);
   for (std::string line; std::getline(in, line);) lines.push_back(line);
-  ASSERT_EQ(lines.size(), 4u) << out;  // every = 0: four lines per epoch (steps 2, 4, 6, 8)
+  ASSERT_EQ(lines.size(), 4u) << out;  // every = 2: steps 2, 4, 6, 8
   const std::regex format(R"(\[GPU0\] Epoch 3 step (\d+)/8 \| loss ([0-9.]+) \| (\d+) samples/s \| ETA (\d\d):(\d\d))");
   for (size_t i = 0; i < lines.size(); ++i) {
     std::smatch m;
@@ -168,6 +168,20 @@ TEST(Progress, PlainLinesInALogFile) {
     EXPECT_NEAR(std::stod(m[2]), 1.0 / (2.0 * static_cast<double>(i + 1)), 1e-4);
   }
   EXPECT_TRUE(lines.back().ends_with("ETA 00:00")) << lines.back();
+  std::remove(path.c_str());
+}
+
+TEST(Progress, DefaultIsQuietForShortEpochsInALogFile) {
+  const auto path = temp_path("progress0.log");
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  ASSERT_GE(fd, 0);
+  with_stdout(fd, [] {
+    ddp::Progress progress("q", 100, 1, /*every=*/0);  // a line every 30 s: none in a fast epoch
+    for (int64_t step = 1; step <= 100; ++step) progress.update(step, 0.5);
+    progress.finish();
+  });
+  ::close(fd);
+  EXPECT_EQ(slurp(path), "");
   std::remove(path.c_str());
 }
 
