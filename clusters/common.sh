@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # defines: the shell code every batch script under clusters/ shares (sourced, never run):
 #   ddpw_setup SITE     project paths, the site's modules (env.sh), placeholder checks, a banner
 #   ddpw_first_host     first host of the job's nodelist (the master / rendezvous host)
@@ -24,6 +25,7 @@ ddpw_setup() {
   DDPW_SITE=$site
   DDPW_BIN=${DDPW_BIN:-$DDPW_ROOT/build/bin}
   DDPW_SNAPSHOT=${DDPW_SNAPSHOT:-$SLURM_SUBMIT_DIR/snapshots/$SLURM_JOB_NAME.pt}
+  # shellcheck disable=SC2034  # used by the scripts that source this file
   read -r -a DDPW_EXTRA <<< "${DDPW_EXTRA_ARGS:-}"  # as an array: "${DDPW_EXTRA[@]}"
   mkdir -p "$(dirname "$DDPW_SNAPSHOT")"
 
@@ -72,8 +74,8 @@ ddpw_export_master() {
   echo "# WORLD_SIZE=$WORLD_SIZE MASTER_ADDR=$MASTER_ADDR MASTER_PORT=$MASTER_PORT"
 }
 
-# Counted from Slurm's own numbers, never by counting digits of SLURM_JOB_GPUS (Della's old
-# recipe says 2 for GPUs "10,11" ... and 4 for "10,11").
+# Slurm's own count. Not Della's old recipe, which counts the *digits* of SLURM_JOB_GPUS
+# (sed 's/[^0-9]*//g' | wc --chars): 2 GPUs numbered "10,11" count as 4.
 ddpw_gpus_per_node() {
   if [ -n "${SLURM_GPUS_ON_NODE:-}" ]; then
     echo "$SLURM_GPUS_ON_NODE"

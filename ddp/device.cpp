@@ -45,14 +45,16 @@ torch::Device choose_device(const std::string& requested, int local_rank, int lo
 
 int choose_threads(int requested, int local_world_size) {
   if (requested > 0) return requested;
+  // Never more than this rank's share of the cores: more threads than cores only slow it down.
+  const long cores = ::sysconf(_SC_NPROCESSORS_ONLN);
+  const int share = std::max(1, static_cast<int>(cores / std::max(1, local_world_size)));
   for (const char* var : {"SLURM_CPUS_PER_TASK", "OMP_NUM_THREADS"}) {
     if (const char* v = std::getenv(var)) {
       const int n = std::atoi(v);
-      if (n > 0) return n;
+      if (n > 0) return std::min(n, share);
     }
   }
-  const long cores = ::sysconf(_SC_NPROCESSORS_ONLN);
-  return std::max(1, static_cast<int>(cores / std::max(1, local_world_size)));
+  return share;
 }
 
 std::string device_name(const torch::Device& device) {

@@ -52,6 +52,14 @@ c10::intrusive_ptr<c10d::Store> rendezvous(const LaunchEnv& launch, std::chrono:
                   "use a fresh path per job on a filesystem every node shares, e.g. file://$PWD/rdzv.$SLURM_JOB_ID");
     }
   }
+#if TORCH_VERSION_MAJOR < 2
+  // torchrun >= 2.0 serves its store with a newer wire protocol (a VALIDATE request first, every
+  // opcode shifted by one): a 1.x client gets resets, wrong answers or hangs. Let rank 0 serve.
+  if (launch.agent_store)
+    throw Error("LibTorch " DDPW_TORCH_VERSION " cannot use torchrun's own store (TORCHELASTIC_USE_AGENT_STORE=True)",
+                "launch with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 torchrun --standalone (or --rdzv-backend=c10d); "
+                "then rank 0 of this program serves the store");
+#endif
   const std::string where = launch.master_addr + ":" + std::to_string(launch.master_port);
   c10d::TCPStoreOptions options;
   options.port = static_cast<uint16_t>(launch.master_port);

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Della (Princeton): the modules to build and run the course; sourced by every script here.
 # Lines marked "unconfirmed" are not in the course's sources: check with `module avail`.
 module purge

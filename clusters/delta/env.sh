@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Delta (NCSA): the modules to build and run the course; sourced by every script in this folder.
 # Lines marked "unconfirmed" are usual Delta names that the course's sources do not show:
 # check them with `module avail` / `module spider NAME` and fix this file once.

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # MIT SuperCloud: the modules to build and run the course; sourced by every script here.
 # The first five lines are SuperCloud's own DDP example; "unconfirmed" ones are not.
 source /etc/profile

@@ -65,7 +65,7 @@ for r in 0 1; do
   STARTED_PIDS+=($!)
 done
 for r in 0 1; do
-  rc=0; wait "${STARTED_PIDS[$r]}" || rc=$?
+  wait_bounded "${STARTED_PIDS[$r]}" 30; rc=$RC
   [ "$rc" -eq 1 ] || { cat rank$r.log; fail "two ranks: rank $r exited $rc, expected 1"; }
   grep -q "snapshot '[^']*' is corrupt" rank$r.log || { cat rank$r.log; fail "two ranks: rank $r did not name the snapshot"; }
 done

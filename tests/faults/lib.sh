@@ -1,9 +1,9 @@
-# Shared helpers of the fault tests (sourced): the integration helpers (own temp folder, fail/pass,
-# run_logged) plus timed runs. Every fault must end by itself, non-zero, with a message a person
-# can act on, within a stated bound: a run that needs the hard `timeout` to end counts as a hang.
+# Shared helpers of the fault tests (sourced). On top of the integration helpers (own temp folder,
+# fail/pass, run_logged): timed runs, bounded waits, and the processes a test started, which are
+# ended by PID (with their children) however the test exits. Every fault must end by itself,
+# with a message a person can act on, within a stated bound: needing to be killed is a hang.
 # shellcheck shell=bash
 source "$(dirname "${BASH_SOURCE[0]}")/../integration/lib.sh"
-FAULTS_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 STEP0=$BIN/step0_single_gpu
 STEP1=$BIN/solutions/step1_multigpu_fork
 STEP2=$BIN/solutions/step2_env_launch
@@ -11,8 +11,43 @@ STEP3=$BIN/solutions/step3_multinode_slurm
 
 now() { date +%s.%N; }
 seconds_since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.2f", b - a }'; }
-over() { awk -v t="$1" -v b="$2" 'BEGIN { exit !(t > b) }'; }
+over() { awk -v t="$1" -v b="$2" 'BEGIN { exit !(t > b) }'; }  # over T BOUND: true if T > BOUND
+deadline_in() { awk -v s="$(now)" -v t="$1" 'BEGIN { printf "%.2f", s + t }'; }
 
+# ---- processes this test started --------------------------------------------------------------
+STARTED_PIDS=()
+kill_tree() {  # kill_tree PID: PID and its descendants (e.g. torchrun's workers), children first
+  local c
+  for c in $(pgrep -P "$1"); do kill_tree "$c"; done
+  kill -9 "$1" 2>/dev/null || true
+}
+end_started() {
+  local p
+  for p in "${STARTED_PIDS[@]}"; do kill_tree "$p"; done
+}
+trap 'end_started; rm -rf "$WORK"' EXIT
+
+# wait_bounded PID SECONDS: waits for our child PID and sets RC to its exit code. One still
+# running after SECONDS is a hang: it is killed (with its children) and the test fails.
+wait_bounded() {
+  local deadline; deadline=$(deadline_in "$2")
+  while kill -0 "$1" 2>/dev/null; do
+    if over "$(now)" "$deadline"; then kill_tree "$1"; fail "pid $1 still running after $2 s: a hang"; fi
+    sleep 0.02
+  done
+  RC=0; wait "$1" || RC=$?
+}
+
+# wait_for_line LOG REGEX SECONDS: waits until LOG has a line matching REGEX; fails after SECONDS.
+wait_for_line() {
+  local deadline; deadline=$(deadline_in "$3")
+  until grep -qE -- "$2" "$1" 2>/dev/null; do
+    over "$(now)" "$deadline" && { cat "$1" >&2; fail "no line matching /$2/ in $1 after $3 s"; }
+    sleep 0.02
+  done
+}
+
+# ---- timed runs in the foreground -------------------------------------------------------------
 # run_timed LOG BOUND CMD...: runs CMD (output to LOG) with a hard limit of BOUND + 20 s.
 # Sets RC and ELAPSED; fails when it took longer than BOUND seconds.
 run_timed() {
@@ -27,25 +62,45 @@ run_timed() {
   fi
 }
 
-# expect_error NAME BOUND WANT_RC REGEX CMD...: CMD must exit with WANT_RC ("nonzero": any but 0)
-# within BOUND seconds, and its output must match the extended REGEX. The output stays in $LOG.
+# expect_error NAME BOUND WANT_RC REGEX CMD...: CMD must exit with WANT_RC within BOUND seconds,
+# and its output must match the extended REGEX. The output stays in $LOG.
 expect_error() {
   local name=$1 bound=$2 want=$3 regex=$4; shift 4
   LOG="$WORK/log.$(printf '%s' "$name" | tr -c 'A-Za-z0-9_.-' '_')"
-  local log=$LOG
-  run_timed "$log" "$bound" "$@"
-  if [ "$want" = nonzero ]; then
-    [ "$RC" -ne 0 ] || { cat "$log" >&2; fail "$name: exit 0, expected an error"; }
-  else
-    [ "$RC" -eq "$want" ] || { cat "$log" >&2; fail "$name: exit $RC, expected $want"; }
-  fi
-  grep -qE -- "$regex" "$log" || { cat "$log" >&2; fail "$name: no message matching /$regex/"; }
-  echo "ok   $name: exit $RC in ${ELAPSED}s: $(grep -E -m1 -- "$regex" "$log" | cut -c1-200)"
+  run_timed "$LOG" "$bound" "$@"
+  [ "$RC" -eq "$want" ] || { cat "$LOG" >&2; fail "$name: exit $RC, expected $want"; }
+  grep -qE -- "$regex" "$LOG" || { cat "$LOG" >&2; fail "$name: no message matching /$regex/"; }
+  echo "ok   $name: exit $RC in ${ELAPSED}s: $(grep -E -m1 -- "$regex" "$LOG" | cut -c1-200)"
 }
 
+# ---- launching --------------------------------------------------------------------------------
 # A TCP port nobody listens on now (the kernel picks it; a test uses it at once).
 free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 
+# launch_ranks N PORT PROGRAM ARGS...: starts N ranks the way torchrun would (RANK, WORLD_SIZE,
+# LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT), output in rank<r>.log, PIDs in RANK_PIDS.
+launch_ranks() {
+  local n=$1 port=$2 r; shift 2
+  RANK_PIDS=()
+  for r in $(seq 0 $((n - 1))); do
+    RANK=$r WORLD_SIZE=$n LOCAL_RANK=$r LOCAL_WORLD_SIZE=$n MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+      "$@" >"rank$r.log" 2>&1 &
+    RANK_PIDS+=($!); STARTED_PIDS+=($!)
+  done
+}
+
+# child_with_env PARENT VAR=VALUE: the PID of PARENT's child whose environment has VAR=VALUE,
+# e.g. torchrun's worker of RANK=1, or step 1's worker of DDPW_SPAWN_RANK=1 (empty if none).
+child_with_env() {
+  local p
+  for p in $(pgrep -P "$1"); do
+    tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "$2" && { echo "$p"; return; }
+  done
+}
+torchrun_worker() { child_with_env "$1" "RANK=$2"; }
+spawn_worker() { child_with_env "$1" "DDPW_SPAWN_RANK=$2"; }
+
+# ---- data and results -------------------------------------------------------------------------
 # make_idx DIR COUNT [gz]: the four MNIST-format files with COUNT random 28x28 images (test: COUNT/2).
 make_idx() {
   python3 - "$@" <<'PY'
@@ -66,11 +121,3 @@ PY
 
 # The "final weights checksum" of rank 0 (the first such line) in a log.
 final_checksum() { grep -m1 'final weights checksum' "$1" | awk '{print $NF}'; }
-
-# Background processes a test started: ended (by PID) when the test exits, however it exits.
-STARTED_PIDS=()
-end_started() {
-  local p
-  for p in "${STARTED_PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-}
-trap 'end_started; rm -rf "$WORK"' EXIT

@@ -47,7 +47,8 @@ start_cluster() {
     while read -r stale; do
       [ -d "$stale" ] || continue
       note "taking down a cluster left by a killed run: $stale"
-      "$slurm_tests/cluster-down.sh" "$stale"
+      "$slurm_tests/cluster-down.sh" "$stale" 9>&-
+      case $stale in /tmp/ddpw-slurm.*/cluster) rm -rf "${stale%/cluster}" ;; esac
     done < <(cat /run/ddpw-slurm-test.clusters)
     : > /run/ddpw-slurm-test.clusters
   fi
@@ -57,13 +58,15 @@ start_cluster() {
   # Our own deadline, below CTest's TIMEOUT (CTest kills with SIGKILL, which skips the cleanup).
   # Its output goes nowhere: CTest waits for every holder of the test's stdout to finish.
   ( trap 'kill "$sleeper" 2>/dev/null; exit 0' TERM
+    me=$BASHPID
     sleep "${DDPW_SLURM_TEST_TIMEOUT:-540}" & sleeper=$!
     # only while this test still runs (our parent): its PID may belong to another process later
-    wait "$sleeper" && [ "$(ps -o ppid= -p "$BASHPID" | tr -d ' ')" = $$ ] && kill -TERM $$
-  ) >/dev/null 2>&1 </dev/null &
+    wait "$sleeper" && [ "$(ps -o ppid= -p "$me" | tr -d ' ')" = $$ ] && kill -TERM $$
+  ) >/dev/null 2>&1 </dev/null 9>&- &
   WATCHDOG=$!
   local started=$SECONDS
-  "$slurm_tests/cluster-up.sh" "$1" "$TEST_DIR/cluster" "${2:-2}" > "$TEST_DIR/cluster-up.log" 2>&1 ||
+  # 9>&-: the daemons must not inherit the lock (they would hold it after a killed run).
+  "$slurm_tests/cluster-up.sh" "$1" "$TEST_DIR/cluster" "${2:-2}" > "$TEST_DIR/cluster-up.log" 2>&1 9>&- ||
     { cat "$TEST_DIR/cluster-up.log" >&2; fail "cluster-up.sh $1 failed"; }
   # shellcheck source=/dev/null
   source "$TEST_DIR/cluster/env"   # SLURM_CONF
@@ -76,12 +79,13 @@ start_cluster() {
 
 cleanup() {
   local rc=$?
+  set +e   # tear down everything, whatever fails on the way
   trap - EXIT INT TERM
   [ -n "${WATCHDOG:-}" ] && kill "$WATCHDOG" 2>/dev/null
   if [ -n "${TEST_DIR:-}" ] && [ -d "$TEST_DIR" ]; then
     if [ "$rc" != 0 ] && [ "$rc" != 77 ]; then
       echo "== failed: the daemons' last log lines ==" >&2
-      tail -n 15 "$TEST_DIR"/cluster/log/*.log >&2 2>/dev/null || true
+      tail -n 15 "$TEST_DIR"/cluster/log/slurm*.log >&2 2>/dev/null
     fi
     "$slurm_tests/cluster-down.sh" "$TEST_DIR/cluster"
     if [ "${DDPW_KEEP_TEST_DIR:-0}" = 1 ]; then echo "kept $TEST_DIR"; else rm -rf "$TEST_DIR"; fi
@@ -122,11 +126,12 @@ submit() {
   note "$site/$script $*: job $JOB_ID $JOB_STATE (exit $JOB_EXIT) in $JOB_SECONDS s on $JOB_NODES"
 }
 
-job_field() { scontrol show job -o "$JOB_ID" 2>/dev/null | tr ' ' '\n' | sed -n "s/^$1=//p" | head -n 1; }
+# job_field NAME: one field of `scontrol show job` (empty if the controller does not answer).
+job_field() { scontrol show job -o "$JOB_ID" 2>/dev/null | tr ' ' '\n' | sed -n "s/^$1=//p" | head -n 1 || true; }
 
 # Polls the controller (sbatch --wait polls every 2-10 s); a job over the limit is cancelled.
 wait_job() {
-  local deadline=$((SECONDS + ${1:-$job_timeout}))
+  local deadline=$((SECONDS + job_timeout))
   while :; do
     JOB_STATE=$(job_field JobState)
     case $JOB_STATE in
@@ -135,7 +140,7 @@ wait_job() {
     if [ "$SECONDS" -ge "$deadline" ]; then
       scancel "$JOB_ID" 2>/dev/null || true
       JOB_LOG=$(job_field StdOut); show_log
-      fail "job $JOB_ID did not finish within ${1:-$job_timeout} s (state $JOB_STATE); cancelled"
+      fail "job $JOB_ID did not finish within $job_timeout s (state $JOB_STATE); cancelled"
     fi
     sleep 0.3
   done
@@ -148,8 +153,9 @@ wait_job() {
 show_log() { echo "----- $JOB_LOG -----" >&2; cat "$JOB_LOG" >&2 2>/dev/null || echo "(no log)" >&2; echo "-----" >&2; }
 
 expect_success() {
-  [ "$JOB_STATE" = COMPLETED ] && [ "$JOB_EXIT" = 0:0 ] ||
-    { show_log; fail "job $JOB_ID: state $JOB_STATE, exit $JOB_EXIT (expected COMPLETED, 0:0)"; }
+  if [ "$JOB_STATE" != COMPLETED ] || [ "$JOB_EXIT" != 0:0 ]; then
+    show_log; fail "job $JOB_ID: state $JOB_STATE, exit $JOB_EXIT (expected COMPLETED, 0:0)"
+  fi
 }
 expect_failure() {  # the job must fail, and its log must say why (grep -E PATTERN)
   [ "$JOB_STATE" = FAILED ] || { show_log; fail "job $JOB_ID: state $JOB_STATE, expected FAILED"; }
@@ -167,7 +173,7 @@ expect_nodes() {  # the job ran on exactly these nodes, e.g. "node[1-2]"
 # expect_one_snapshot: the run folder holds exactly one snapshot file, and nothing half-written.
 expect_one_snapshot() {
   local files
-  files=$(cd "$RUN_DIR" && find snapshots -type f | sort | tr '\n' ' ')
+  files=$(find "$RUN_DIR/snapshots" -type f -printf 'snapshots/%P ' 2>/dev/null | sort || true)
   [ "$files" = "snapshots/$(job_field JobName).pt " ] ||
     { show_log; fail "job $JOB_ID: snapshot files '${files% }', expected exactly snapshots/$(job_field JobName).pt"; }
 }

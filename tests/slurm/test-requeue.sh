@@ -5,7 +5,8 @@
 #          75, the script requeues the job, and the requeued run resumes at the very step where
 #          it stopped and finishes. Launchers: srun (Della step 3), srun torchrun (HiPerGator
 #          step 2, c10d on two nodes) and mpirun (SuperCloud step 2).
-source "$(dirname "$0")/lib.sh"
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"   # (set -e first: a missing lib.sh must stop the test)
 require_slurm
 require_programs solutions/step2_env_launch solutions/step3_multinode_slurm
 require_torchrun

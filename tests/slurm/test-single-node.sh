@@ -2,7 +2,8 @@
 # defines: test-single-node.sh — the one-node scripts on a one-node Slurm cluster in this machine's
 #          own namespaces (cluster-up.sh single): Puhti's torchrun --standalone step 2, Della's and
 #          Delta's srun step 2, each trained to the end with exactly one snapshot.
-source "$(dirname "$0")/lib.sh"
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"   # (set -e first: a missing lib.sh must stop the test)
 require_slurm
 require_programs solutions/step2_env_launch
 require_torchrun

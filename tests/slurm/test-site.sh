@@ -6,7 +6,8 @@
 #          (by global rank 0: one "saved" line per save, not one per node).
 # Only the site's account/partition/gres (lib.sh: site_options) and its modules (site-env.sh)
 # are replaced. Exit 77 (skipped) when not root or Slurm is not installed.
-source "$(dirname "$0")/lib.sh"
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"   # (set -e first: a missing lib.sh must stop the test)
 site=${1:?usage: test-site.sh delta|hipergator|della|puhti|supercloud}
 site_options "$site" >/dev/null
 
