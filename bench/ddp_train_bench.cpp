@@ -18,6 +18,7 @@
 // A timed step = cut the batch, zero_grad, forward, loss, backward, (naive: allreduce), optimizer
 // step. Each step's time is the slowest rank's; the table shows the median. The final OK/FAILED
 // line checks that all ranks ended with identical parameters and a finite loss (exit code 1 if not).
+#include <sys/resource.h>
 #include <torch/torch.h>  // defines: tensors, nn, optim
 
 #include <CLI/CLI.hpp>  // defines: the command line
@@ -230,6 +231,14 @@ void print_metadata(const BenchOptions& o, const ddp::LaunchEnv& launch, ddp::Pr
   std::printf("# date: %s\n", now_iso().c_str());
 }
 
+// CPU seconds used so far by every thread of this process (user + system): unlike the wall
+// clock, it does not grow when other programs compete for the cores.
+double process_cpu_seconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_utime.tv_sec + u.ru_stime.tv_sec + 1e-6 * (u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+}
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   size_t n = v.size();
@@ -279,8 +288,9 @@ int train_bench(const BenchOptions& o, const ddp::LaunchEnv& launch, ddp::Proces
   model.train();
   std::vector<double> times;
   times.reserve(o.steps);
-  double last_loss = NAN;
+  double last_loss = NAN, cpu_start = 0;
   for (int64_t step = 0; step < o.warmup + o.steps; ++step) {
+    if (step == o.warmup) cpu_start = process_cpu_seconds();
     const auto t0 = Clock::now();
     const int64_t epoch = step / steps_per_epoch;
     if (epoch != sampler.epoch()) sampler.set_epoch(epoch);
@@ -297,6 +307,7 @@ int train_bench(const BenchOptions& o, const ddp::LaunchEnv& launch, ddp::Proces
       if (step == o.warmup + o.steps - 1) last_loss = loss.item<double>();
     }
   }
+  const double cpu_per_step = (process_cpu_seconds() - cpu_start) / o.steps;
   allreduce_max(pg, times, device);
 
   // Correctness: data parallelism keeps every rank's parameters identical.
@@ -335,6 +346,8 @@ int train_bench(const BenchOptions& o, const ddp::LaunchEnv& launch, ddp::Proces
                 o.mode.c_str(), pg.backend_name().c_str(), world, o.threads, o.batch_size,
                 static_cast<long long>(params), naive ? 0.0 : o.bucket_mb, buckets, o.steps, med * 1e3,
                 sorted.front() * 1e3, p90 * 1e3, static_cast<double>(o.batch_size) * world / med, "c++");
+    std::printf("# rank 0 CPU time per timed step, all its threads: %.3f ms (wall median %.3f ms)\n",
+                cpu_per_step * 1e3, med * 1e3);
     if (ok)
       std::printf("# OK (parameters identical on all ranks, final loss %.4g)\n", last_loss);
     else
@@ -369,15 +382,20 @@ int allreduce_bench(const BenchOptions& o, const ddp::LaunchEnv& launch, ddp::Pr
   auto buffer = torch::ones({count}, torch::TensorOptions().dtype(torch::kFloat32).device(device));
   std::vector<torch::Tensor> tensors{buffer};
   std::vector<double> times;
+  double cpu_in_allreduce = 0;
   for (int i = 0; i < o.warmup + o.steps; ++i) {
     buffer.fill_(1.0f);
     sync_device(device);
     pg.barrier("allreduce iteration");
+    const double c0 = process_cpu_seconds();
     auto t0 = Clock::now();
-    pg.wait(pg.allreduce_sum_async(tensors), "64 MiB allreduce");
+    pg.wait(pg.allreduce_sum_async(tensors), "allreduce");
     sync_device(device);
     auto t1 = Clock::now();
-    if (i >= o.warmup) times.push_back(std::chrono::duration<double>(t1 - t0).count());
+    if (i >= o.warmup) {
+      times.push_back(std::chrono::duration<double>(t1 - t0).count());
+      cpu_in_allreduce += process_cpu_seconds() - c0;
+    }
   }
   allreduce_max(pg, times, device);
   const bool ok = buffer.min().item<float>() == pg.size() && buffer.max().item<float>() == pg.size();
@@ -397,6 +415,7 @@ int allreduce_bench(const BenchOptions& o, const ddp::LaunchEnv& launch, ddp::Pr
     }
     std::printf("%12lld %6d %9.3f %8.3f %8.3f %8.3f %13.3f\n", static_cast<long long>(bytes), n, med * 1e3, algbw,
                 busbw, memcpy_gbs, busbw / memcpy_gbs);
+    std::printf("# rank 0 CPU time per allreduce, all its threads: %.3f ms\n", cpu_in_allreduce / o.steps * 1e3);
     std::printf(ok ? "# OK (every element equals the world size)\n" : "# FAILED: wrong allreduce result\n");
     std::fflush(stdout);
   }

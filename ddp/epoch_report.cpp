@@ -17,8 +17,6 @@ EpochReporter::EpochReporter(const Options& options, const Workload& workload, t
       world_size_(world_size),
       local_world_size_(local_world_size),
       threads_(threads) {
-  if (global_rank == 0 && !options.metrics_path.empty())
-    metrics_ = std::make_unique<MetricsWriter>(options.metrics_path, /*append=*/!options.fresh);
 }
 
 void EpochReporter::end_epoch(int64_t epoch, double loss_sum, int64_t batches, int64_t samples, double seconds,
@@ -45,6 +43,9 @@ void EpochReporter::end_epoch(int64_t epoch, double loss_sum, int64_t batches, i
   m.test_accuracy = eval.accuracy;
   m.epoch_seconds = slowest;
   m.samples_per_s = slowest > 0 ? all_samples / slowest : 0;
+  // Opened at the first row: a run that fails before its first epoch leaves no file behind.
+  if (!metrics_ && !options_.metrics_path.empty())
+    metrics_ = std::make_unique<MetricsWriter>(options_.metrics_path, /*append=*/!options_.fresh);
   if (metrics_) metrics_->write(m);
   if (workload_.classification)
     std::printf("Epoch %lld | train loss %.4f | test loss %.4f | test accuracy %.2f%% | %.0f samples/s | %.2f s\n",

@@ -5,7 +5,18 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
 #include <cstdlib>
+#include <thread>
 
 #include "ddp/error.h"
 
@@ -26,6 +37,15 @@ auto disable_libuv(T& options, int) -> decltype(options.useLibUV = false, void()
 template <typename T>
 void disable_libuv(T&, long) {}
 
+// Gloo waits with its options' timeout while joining and with setTimeout's afterwards (2.x). 1.13
+// has no setTimeout: there the collective timeout serves for both.
+template <typename B>
+constexpr bool kHasSetTimeout = requires(B& b) { b.setTimeout(std::chrono::milliseconds{}); };
+template <typename B>
+void set_collective_timeout(B& backend, std::chrono::milliseconds t) {
+  if constexpr (kHasSetTimeout<B>) backend.setTimeout(t);
+}
+
 double seconds(std::chrono::milliseconds ms) { return static_cast<double>(ms.count()) / 1000.0; }
 
 std::string fmt_seconds(double s) {
@@ -38,6 +58,38 @@ bool contains(const std::string& text, const char* needle) { return text.find(ne
 
 bool is_loopback(const std::string& host) {
   return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
+}
+
+// True once something accepts TCP connections at host:port; false when the deadline passes.
+// TCPStore's client retries a failed connect once, after a backoff, each try with the full
+// timeout: alone it waits about twice --rendezvous-timeout for a master that never comes.
+bool wait_until_listening(const std::string& host, int port, Clock::time_point deadline) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  while (Clock::now() < deadline) {
+    addrinfo* found = nullptr;
+    if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) == 0) {
+      bool ok = false;
+      for (addrinfo* a = found; a != nullptr && !ok; a = a->ai_next) {
+        const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);
+        if (fd < 0) continue;
+        ok = ::connect(fd, a->ai_addr, a->ai_addrlen) == 0;
+        if (!ok && errno == EINPROGRESS) {  // wait for the answer, at most until the deadline
+          const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+          pollfd p{fd, POLLOUT, 0};
+          int err = 0;
+          socklen_t len = sizeof err;
+          ok = ::poll(&p, 1, static_cast<int>(std::max<int64_t>(left, 0))) == 1 &&
+               ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err == 0;
+        }
+        ::close(fd);
+      }
+      ::freeaddrinfo(found);
+      if (ok) return true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return false;
 }
 
 c10::intrusive_ptr<c10d::Store> rendezvous(const LaunchEnv& launch, std::chrono::milliseconds timeout) {
@@ -71,8 +123,22 @@ c10::intrusive_ptr<c10d::Store> rendezvous(const LaunchEnv& launch, std::chrono:
   options.timeout = timeout;
   disable_libuv(options, 0);
   const auto start = Clock::now();
+  const auto unreachable = [&] {
+    const double waited = std::chrono::duration<double>(Clock::now() - start).count();
+    return Error("rank " + std::to_string(launch.global_rank) + " could not reach the master at " + where +
+                     " within " + fmt_seconds(waited),
+                 "check MASTER_ADDR/MASTER_PORT (the first node of the job, reachable from this node), that "
+                 "rank 0 started, and that no firewall blocks the port; --rendezvous-timeout sets the wait");
+  };
+  if (!options.isServer) {
+    if (!wait_until_listening(launch.master_addr, launch.master_port, start + timeout)) throw unreachable();
+    // The master listens: TCPStore gets what is left of the wait (its first try then succeeds).
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(start + timeout - Clock::now());
+    options.timeout = std::max(left, std::chrono::milliseconds(1000));
+  }
   try {
     auto store = c10::make_intrusive<c10d::TCPStore>(launch.master_addr, options);
+    store->setTimeout(timeout);  // later gets and waits: the full rendezvous timeout
     if (!launch.agent_store) return store;
     return c10::make_intrusive<c10d::PrefixStore>("/worker/attempt_" + std::to_string(launch.restart_count), store);
   } catch (const c10::Error& e) {
@@ -105,6 +171,8 @@ ProcessGroup::ProcessGroup(const LaunchEnv& launch, const torch::Device& device,
   DDP_CHECK(backend_name_ != "nccl" || device.is_cuda(), "the NCCL backend needs a CUDA device, this rank has " + device.str(),
             "use --backend gloo for CPU training, or --device cuda");
 
+  // A worker must not outlive the launcher that started it (torchrun killed by a time limit).
+  if (launch.launcher == "torchrun") ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   store_ = rendezvous(launch, options.rendezvous_timeout);
   // Two processes claiming one rank (a launcher inside a launcher) would silently corrupt the group.
   if (store_->add("ddpw/rank_claimed/" + std::to_string(rank_), 1) != 1)
@@ -116,14 +184,19 @@ ProcessGroup::ProcessGroup(const LaunchEnv& launch, const torch::Device& device,
   const auto start = Clock::now();
   try {
     if (backend_name_ == "gloo") {
-      auto gloo = c10d::ProcessGroupGloo::Options::create(options.collective_timeout);
+      // Joining waits with the rendezvous timeout (Gloo's default would be the collective one,
+      // and five times that for a peer that published its address but never connects).
+      auto gloo = c10d::ProcessGroupGloo::Options::create(
+          kHasSetTimeout<c10d::ProcessGroupGloo> ? options.rendezvous_timeout : options.collective_timeout);
       if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"))
         gloo->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(ifname));
       else if (is_loopback(launch.master_addr))
         gloo->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
       else
         gloo->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
-      backend_ = c10::make_intrusive<c10d::ProcessGroupGloo>(backend_store, rank_, size_, gloo);
+      auto backend = c10::make_intrusive<c10d::ProcessGroupGloo>(backend_store, rank_, size_, gloo);
+      set_collective_timeout(*backend, options.collective_timeout);  // every collective from now on
+      backend_ = backend;
     } else {
 #ifdef DDPW_HAVE_NCCL
       auto nccl = c10d::ProcessGroupNCCL::Options::create();
@@ -135,7 +208,11 @@ ProcessGroup::ProcessGroup(const LaunchEnv& launch, const torch::Device& device,
 #endif
     }
   } catch (const c10::Error& e) {
-    throw Error("rank " + std::to_string(rank_) + " could not connect the " + backend_name_ + " backend after " +
+    const std::string through = launch.init_method.empty()
+                                    ? launch.master_addr + ":" + std::to_string(launch.master_port)
+                                    : launch.init_method;
+    throw Error("rank " + std::to_string(rank_) + " could not connect the " + backend_name_ + " backend (rendezvous " +
+                    through + ") after " +
                     fmt_seconds(std::chrono::duration<double>(Clock::now() - start).count()) + ": " +
                     e.what_without_backtrace(),
                 "a rank failed to start, or the ranks cannot reach each other (GLOO_SOCKET_IFNAME / "

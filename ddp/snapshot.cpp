@@ -1,12 +1,15 @@
 #include "ddp/snapshot.h"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <array>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -133,6 +136,20 @@ std::optional<torch::serialize::InputArchive> open_archive(const std::string& pa
   return archive;
 }
 
+// A save killed mid-write leaves <path>.tmp.<pid> behind: remove those whose writer is gone.
+void remove_stale_temp_files(const std::string& path) {
+  const std::string dir = parent_dir(path), prefix = base_name(path) + ".tmp.";
+  DIR* d = ::opendir(dir.c_str());
+  if (!d) return;
+  while (const dirent* e = ::readdir(d)) {
+    const std::string name = e->d_name;
+    if (name.rfind(prefix, 0) != 0) continue;
+    const int pid = std::atoi(name.c_str() + prefix.size());
+    if (pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH) ::unlink((dir + "/" + name).c_str());
+  }
+  ::closedir(d);
+}
+
 torch::Device device_of(torch::nn::Module& model) {
   auto params = model.parameters();
   return params.empty() ? torch::Device(torch::kCPU) : params.front().device();
@@ -190,6 +207,7 @@ void save_snapshot(const std::string& path, torch::nn::Module& model, torch::opt
     ::fsync(dfd);
     ::close(dfd);
   }
+  remove_stale_temp_files(path);
 }
 
 std::optional<TrainingState> load_snapshot(const std::string& path, torch::nn::Module& model,

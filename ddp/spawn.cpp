@@ -124,7 +124,7 @@ int run_parent(int nprocs) {
                 describe_status(status);
       exit_code = kExitError;
       forward_signal(SIGTERM);  // the others: end now, with a few seconds to say why
-      kill_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      kill_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(3);
     }
   }
   g_child_count = 0;

@@ -24,4 +24,13 @@ bool stop_requested() { return g_signal != 0; }
 
 int stop_signal() { return g_signal; }
 
+const char* stop_reason() {
+  switch (g_signal) {
+    case SIGTERM: return "SIGTERM";
+    case SIGINT: return "SIGINT";
+    case SIGUSR1: return "SIGUSR1";
+    default: return "a signal to another rank";
+  }
+}
+
 }  // namespace ddp

@@ -9,4 +9,7 @@ void install_stop_signal_handlers();
 bool stop_requested();
 int stop_signal();  // the signal that asked, 0 if none
 
+// "SIGTERM", "SIGUSR1", ... or "a signal to another rank" when this rank got none.
+const char* stop_reason();
+
 }  // namespace ddp

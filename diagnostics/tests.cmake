@@ -114,3 +114,7 @@ endif()
 get_property(_diagnostics_tests DIRECTORY PROPERTY TESTS)
 list(FILTER _diagnostics_tests INCLUDE REGEX "^diagnostics\\.")
 set_tests_properties(${_diagnostics_tests} PROPERTIES LABELS integration TIMEOUT 180)
+
+if(DDPW_TORCH_VERSION VERSION_LESS 2)  # LibTorch 1.x cannot talk to torchrun 2.x's store
+  set_tests_properties(diagnostics.hello.torchrun_2_ranks PROPERTIES ENVIRONMENT "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1")
+endif()

@@ -99,8 +99,8 @@ class Trainer {
     int64_t batches = 0, samples = 0;
     for (int64_t step = first_step_; step < loader_.steps(); ++step) {
       if (ddp::any_rank(pg_.get(), ddp::stop_requested())) {
-        std::printf("%s Stopping at epoch %lld, step %lld (signal %d)\n", tag_.c_str(), static_cast<long long>(epoch),
-                    static_cast<long long>(step), ddp::stop_signal());
+        std::printf("%s Stopping at epoch %lld, step %lld (%s)\n", tag_.c_str(), static_cast<long long>(epoch),
+                    static_cast<long long>(step), ddp::stop_reason());
         save(epoch, step);
         return false;
       }

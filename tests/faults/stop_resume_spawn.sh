@@ -13,7 +13,7 @@ expected=$(final_checksum ref/out.log)
 
 # stop_one PART SIGNAL TARGET AFTER_EPOCHS: TARGET is "parent" or a rank.
 stop_one() {
-  local part=$1 sig=$2 target=$3 after=$4 log=part$1.log
+  local log=part$1.log sig=$2 target=$3 after=$4
   "$STEP1" "${args[@]}" >"$log" 2>&1 &
   local parent=$!; STARTED_PIDS+=("$parent")
   wait_for_line "$log" "\($after epochs run, step 0\)" 60

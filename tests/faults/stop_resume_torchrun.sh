@@ -16,7 +16,7 @@ expected=$(final_checksum ref/out.log)
 # stop_one PART SIGNAL RANK AFTER_EPOCHS: launches, sends SIGNAL to worker RANK only once the
 # snapshot of AFTER_EPOCHS epochs exists, checks that both ranks stop at one step and exit 75.
 stop_one() {
-  local part=$1 sig=$2 rank=$3 after=$4 log=part$1.log
+  local log=part$1.log sig=$2 rank=$3 after=$4
   "${launch[@]}" "${args[@]}" >"$log" 2>&1 &
   local agent=$!; STARTED_PIDS+=("$agent")
   wait_for_line "$log" "\($after epochs run, step 0\)" 60

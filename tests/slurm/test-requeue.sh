@@ -44,7 +44,7 @@ stop_and_resume() {
   local stop
   stop=$(grep -Eo "Stopping at epoch [0-9]+, step [0-9]+" "$JOB_LOG" | sort -u)
   [ "$(wc -l <<< "$stop")" = 1 ] || { show_log; fail "job $JOB_ID: ranks stopped at different steps: $stop"; }
-  expect_lines "$ranks" "$stop \\(signal"
+  expect_lines "$ranks" "$stop \\((SIG[A-Z0-9]+|a signal to another rank)\\)"
   expect_lines "$ranks" "Resuming training from snapshot .* at ${stop#Stopping at }$"
   final_losses+=("$(grep -Eo "Epoch $((epochs - 1)) \| train loss [0-9.]+" "$JOB_LOG")")
 }
