@@ -1,4 +1,4 @@
-#!/root/.cache/ddp-workshop/venv/bin/python
+#!/usr/bin/env python3
 """The Python reference for build/bin/ddp_train_bench: the same workloads (model, data, batch,
 optimizer, loss), threads and step counts, trained with torch.nn.parallel.DistributedDataParallel.
 Prints the same table, so bench/compare can set the two side by side.
@@ -264,6 +264,10 @@ def main():
             print(f"# FAILED: {why}")
         else:
             print(f"# OK (parameters identical on all ranks, final loss {last_loss:.4g})")
+        sys.stdout.flush()
+    # No rank leaves before rank 0 has printed: a peer that exits first closes its Gloo pairs,
+    # and rank 0 then fails in destroy_process_group() (exit code 1 after a good run).
+    dist.barrier()
     dist.destroy_process_group()
     return 0 if ok else 1
 
@@ -277,4 +281,9 @@ ROW = ("{:>10} {:>11} {:>8} {:>6} {:>8} {:>6} {:>9} {:>7.2f} {:>8} {:>6} {:>9.3f
        " {:>12.1f}  {}")
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Skip interpreter teardown (torch thread pools, the Gloo context): nothing is left to do,
+    # and a failure there would turn a good run into a failed one.
+    os._exit(code)

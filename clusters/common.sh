@@ -12,6 +12,8 @@
 # Settings a user (or a test) may export before sbatch — sbatch passes the environment on:
 #   DDPW_ROOT        the project (default: the folder sbatch was run from)
 #   DDPW_BIN         the programs (default: $DDPW_ROOT/build/bin)
+#   DDPW_PROGRAMS    the steps the scripts run (default: $DDPW_BIN/solutions; DDPW_PROGRAMS=$DDPW_BIN
+#                    runs your own exercises instead)
 #   DDPW_SITE_ENV    a file sourced instead of clusters/<site>/env.sh (other modules, a test env)
 #   DDPW_EXTRA_ARGS  appended to every program's arguments, e.g. "--device cpu"
 #   DDPW_SNAPSHOT    the snapshot file (default: snapshots/<job name>.pt in the submit folder)
@@ -24,6 +26,7 @@ ddpw_setup() {
   [ -n "${SLURM_JOB_ID:-}" ] || ddpw_die "not inside a Slurm job: submit with sbatch clusters/$site/<script>.sbatch"
   DDPW_SITE=$site
   DDPW_BIN=${DDPW_BIN:-$DDPW_ROOT/build/bin}
+  DDPW_PROGRAMS=${DDPW_PROGRAMS:-$DDPW_BIN/solutions}
   DDPW_SNAPSHOT=${DDPW_SNAPSHOT:-$SLURM_SUBMIT_DIR/snapshots/$SLURM_JOB_NAME.pt}
   # shellcheck disable=SC2034  # used by the scripts that source this file
   read -r -a DDPW_EXTRA <<< "${DDPW_EXTRA_ARGS:-}"  # as an array: "${DDPW_EXTRA[@]}"
@@ -49,11 +52,13 @@ ddpw_setup() {
     esac
   done
   [ -d "$DDPW_BIN" ] || ddpw_die "$DDPW_BIN not found: build first (see clusters/$site/README.md) or set DDPW_BIN"
+  [ -d "$DDPW_PROGRAMS" ] || ddpw_die "$DDPW_PROGRAMS not found: build first, or set DDPW_PROGRAMS (the folder of the step programs)"
 
   echo "# ddp-workshop | site $site | job ${SLURM_JOB_ID} (${SLURM_JOB_NAME:-?})" \
        "restart ${SLURM_RESTART_COUNT:-0} | $(date '+%F %T')"
   echo "# nodes ${SLURM_JOB_NUM_NODES:-1}: ${SLURM_JOB_NODELIST:-$(hostname -s)} |" \
        "tasks ${SLURM_NTASKS:-?} | GPUs per node $(ddpw_gpus_per_node) | batch host $(hostname -s)"
+  echo "# programs $DDPW_PROGRAMS"
 }
 
 ddpw_first_host() { scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1; }

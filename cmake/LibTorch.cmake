@@ -115,3 +115,15 @@ if(DDPW_TORCH_CUDA)
                         "built. Set NCCL_HOME (or module load nccl), or pip install nvidia-nccl-cu13.")
   endif()
 endif()
+
+# Gloo's headers: c10d's ProcessGroupGloo.hpp includes them, but neither the torch wheel nor
+# Debian's libtorch-dev ships them. Only their declarations are used (the Gloo code itself lives
+# in libtorch_cpu), so the headers of Debian's libgloo-dev or a Gloo checkout serve.
+find_path(DDPW_GLOO_INCLUDE_DIR gloo/algorithm.h
+  HINTS "$ENV{GLOO_HOME}/include" ${TORCH_INCLUDE_DIRS})
+if(NOT DDPW_GLOO_INCLUDE_DIR)
+  message(FATAL_ERROR "gloo/algorithm.h was not found: c10d's Gloo backend header needs Gloo's "
+                      "headers, which LibTorch does not ship. Fix: apt-get install libgloo-dev "
+                      "(scripts/setup.sh does), or on a cluster without root pass "
+                      "-DDDPW_GLOO_INCLUDE_DIR=<folder holding gloo/algorithm.h and gloo/config.h>.")
+endif()

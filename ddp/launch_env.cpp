@@ -111,6 +111,21 @@ void from_slurm(const EnvMap& env, LaunchEnv& l) {
   }
 }
 
+// The variables (or options) the fix hints name, in the launcher's own words.
+struct RankVariables {
+  const char *rank, *world_size, *local_rank, *local_world_size;
+};
+RankVariables rank_variables(const std::string& launcher) {
+  if (launcher == "openmpi")
+    return {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE (mpirun -np)", "OMPI_COMM_WORLD_LOCAL_RANK",
+            "OMPI_COMM_WORLD_LOCAL_SIZE (mpirun --map-by ppr:N:node)"};
+  if (launcher == "slurm")
+    return {"SLURM_PROCID", "SLURM_NTASKS (--ntasks, or --nodes x --ntasks-per-node)", "SLURM_LOCALID",
+            "--ntasks-per-node"};
+  if (launcher == "options") return {"the rank", "the world size", "the local rank", "the local world size"};
+  return {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"};
+}
+
 }  // namespace
 
 EnvMap current_environment() {
@@ -180,20 +195,21 @@ LaunchEnv resolve_launch_env(const EnvMap& env, const LaunchOverrides& o) {
   if (o.init_method) l.init_method = *o.init_method;
 
   const std::string who = " (launcher: " + l.launcher + ")";
+  const RankVariables var = rank_variables(l.launcher);
   DDP_CHECK(l.world_size >= 1, "world size " + std::to_string(l.world_size) + " is not positive" + who,
-            "check WORLD_SIZE / the number of tasks");
+            std::string("check ") + var.world_size);
   DDP_CHECK(l.global_rank >= 0 && l.global_rank < l.world_size,
             "rank " + std::to_string(l.global_rank) + " is outside the world of " +
                 std::to_string(l.world_size) + " ranks" + who,
-            "RANK must be in [0, WORLD_SIZE); check the launcher's RANK/WORLD_SIZE");
+            std::string(var.rank) + " must be in [0, " + var.world_size + ")");
   DDP_CHECK(l.local_world_size >= 1 && l.local_world_size <= l.world_size,
             "local world size " + std::to_string(l.local_world_size) + " does not fit a world of " +
                 std::to_string(l.world_size) + who,
-            "check LOCAL_WORLD_SIZE / --ntasks-per-node");
+            std::string("check ") + var.local_world_size);
   DDP_CHECK(l.local_rank >= 0 && l.local_rank < l.local_world_size,
             "local rank " + std::to_string(l.local_rank) + " is outside the node's " +
                 std::to_string(l.local_world_size) + " local ranks" + who,
-            "LOCAL_RANK must be in [0, LOCAL_WORLD_SIZE)");
+            std::string(var.local_rank) + " must be in [0, " + var.local_world_size + ")");
   DDP_CHECK(l.master_port > 0 && l.master_port < 65536,
             "master port " + std::to_string(l.master_port) + " is not a TCP port" + who,
             "choose a port in 1024-65535 with --master-port or MASTER_PORT");
