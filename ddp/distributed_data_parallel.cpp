@@ -20,10 +20,24 @@ int64_t fingerprint(const std::vector<std::string>& names, const std::vector<tor
   };
   for (size_t i = 0; i < params.size(); ++i) {
     mix(names[i]);
-    for (int64_t d : params[i].sizes()) mix(":" + std::to_string(d));
+    for (int64_t d : params[i].sizes()) {
+      mix(":");
+      mix(std::to_string(d));  // (not ":" + ...: GCC 12 warns falsely on that inlined concatenation)
+    }
     mix(";");
   }
   return static_cast<int64_t>(h >> 1);
+}
+
+// A tensor of `sizes` (contiguous) on `flat`'s memory from element `start`. Made with set_(),
+// not narrow()/view(): autograd marks views, and the optimizers' zero_grad() calls detach_() on
+// .grad, which refuses views ("Can't detach views in-place").
+torch::Tensor storage_slice(const torch::Tensor& flat, int64_t start, torch::IntArrayRef sizes) {
+  std::vector<int64_t> strides(sizes.size(), 1);
+  for (size_t d = sizes.size(); d-- > 1;) strides[d - 1] = strides[d] * sizes[d];
+  auto t = torch::empty({0}, flat.options());
+  t.set_(flat.storage(), start, sizes, strides);
+  return t;
 }
 
 }  // namespace
@@ -87,7 +101,11 @@ void GradientReducer::broadcast_initial_state(bool with_buffers) {
 }
 
 void GradientReducer::build_buckets(double bucket_mb) {
+  // As PyTorch's DDP: the first bucket is small (1 MiB, or less if bucket_mb is), so the first
+  // allreduce starts early in backward; a bucket closes once it holds at least its cap, so a big
+  // tensor closes the bucket it joins instead of waiting in the next one.
   const auto cap = static_cast<int64_t>(bucket_mb * 1024 * 1024);
+  const int64_t first_cap = std::min<int64_t>(cap, 1024 * 1024);
   bucket_of_.assign(params_.size(), 0);
   // Gradients become ready roughly in reverse registration order: bucket the last layers first.
   Bucket current;
@@ -95,6 +113,7 @@ void GradientReducer::build_buckets(double bucket_mb) {
   auto close = [&] {
     if (current.params.empty()) return;
     current.flat = torch::zeros({numel}, params_[current.params[0]].options().requires_grad(false));
+    current.world_size = torch::scalar_tensor(static_cast<double>(pg_->size()), current.flat.scalar_type());
     current.pending = current.params.size();
     buckets_.push_back(std::move(current));
     current = Bucket{};
@@ -104,12 +123,13 @@ void GradientReducer::build_buckets(double bucket_mb) {
     const auto& p = params_[k];
     const bool other_kind = !current.params.empty() && (p.scalar_type() != params_[current.params[0]].scalar_type() ||
                                                         p.device() != params_[current.params[0]].device());
-    if (other_kind || (bytes > 0 && bytes + p.numel() * p.element_size() > cap)) close();
+    if (other_kind) close();
     bucket_of_[k] = buckets_.size();
     current.params.push_back(k);
     current.offsets.push_back(numel);
     numel += p.numel();
     bytes += p.numel() * p.element_size();
+    if (bytes >= (buckets_.empty() ? first_cap : cap)) close();
   }
   close();
   ready_.assign(params_.size(), 0);
@@ -140,7 +160,13 @@ void GradientReducer::on_gradient_ready(size_t i) {
   const torch::Tensor& grad = params_[i].grad();
   DDP_CHECK(grad.defined() && !grad.is_sparse(), "parameter '" + names_[i] + "' has no dense gradient",
             "DistributedDataParallel supports dense gradients only");
-  b.flat.narrow(0, b.offsets[slot], grad.numel()).copy_(grad.reshape({-1}));
+  // Average = sum over ranks of (grad / world size): Gloo has no AVG. Dividing on the way into the
+  // bucket saves a pass. After the first step .grad usually is this very slice (see finish_backward).
+  auto slice = b.flat.narrow(0, b.offsets[slot], grad.numel());
+  if (grad.data_ptr() == slice.data_ptr())
+    slice.div_(b.world_size);
+  else
+    torch::div_out(slice, grad.reshape({-1}), b.world_size);
   if (--b.pending == 0) launch_ready_buckets();
 }
 
@@ -148,7 +174,6 @@ void GradientReducer::launch_ready_buckets() {
   // Strictly in bucket order: every rank must issue the same collectives in the same order.
   while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].pending == 0) {
     Bucket& b = buckets_[next_bucket_++];
-    b.flat.div_(pg_->size());  // average = sum of (grad / world size); Gloo has no AVG
     std::vector<torch::Tensor> tensors{b.flat};
     b.work = pg_->allreduce_sum_async(tensors);
   }
@@ -182,11 +207,14 @@ void GradientReducer::finish_backward() {
     Bucket& b = buckets_[k];
     pg_->wait(b.work, "gradient allreduce (bucket " + std::to_string(k + 1) + " of " +
                           std::to_string(buckets_.size()) + ")");
+    // .grad becomes the bucket's memory (no copy back). The next backward accumulates into it in
+    // place, or, after zero_grad() set it to none, into a new tensor that is copied in.
     for (size_t slot = 0; slot < b.params.size(); ++slot) {
       torch::Tensor& p = params_[b.params[slot]];
-      auto averaged = b.flat.narrow(0, b.offsets[slot], p.numel()).view(p.sizes());
-      if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
-      p.mutable_grad().copy_(averaged);
+      const int64_t start = b.flat.storage_offset() + b.offsets[slot];
+      const auto* where = static_cast<const char*>(b.flat.storage().data()) + start * b.flat.element_size();
+      if (p.grad().defined() && p.grad().data_ptr() == where) continue;
+      p.mutable_grad() = storage_slice(b.flat, start, p.sizes());
     }
   }
 }

@@ -1,9 +1,10 @@
 // defines: DistributedDataParallel — PyTorch's DDP for any torch::nn::Module, in C++.
 //   * At construction, parameters and buffers are broadcast from rank 0 (ranks may start apart).
 //   * During backward, each parameter's gradient accumulator fires a hook once .grad is final;
-//     when a bucket (~bucket_mb) is complete its allreduce starts at once, in bucket order, so
-//     communication overlaps the rest of backward. A callback at the end of backward waits for
-//     all buckets and writes the averages back to .grad before backward() returns.
+//     when a bucket (~bucket_mb; the first 1 MiB, as PyTorch) is complete its allreduce starts at
+//     once, in bucket order, so communication overlaps the rest of backward. A callback at the
+//     end of backward waits for all buckets and points each .grad at its averaged slice of the
+//     bucket (PyTorch's gradient_as_bucket_view: no copy back) before backward() returns.
 //   * no_sync() skips the allreduce for gradient accumulation; the next synced backward averages
 //     the accumulated gradients.
 //   * A parameter without a gradient is an error naming it (or zero, with find_unused_parameters).
@@ -45,7 +46,8 @@ class GradientReducer {
   struct Bucket {
     std::vector<size_t> params;   // indices into params_
     std::vector<int64_t> offsets; // where each parameter's gradient sits in `flat`
-    torch::Tensor flat;           // contiguous gradients of the bucket
+    torch::Tensor flat;           // contiguous gradients of the bucket; after backward, .grad is in it
+    torch::Tensor world_size;     // 0-dim (CPU, the bucket's dtype): gradients enter divided by it
     size_t pending = 0;           // parameters whose gradient is not ready yet
     c10::intrusive_ptr<c10d::Work> work;
   };

@@ -58,7 +58,8 @@ torch::Tensor shard(const torch::Tensor& t, int rank, int world) {
 }
 
 // micro_batches > 1: the first ones run under no_sync(), gradients accumulate, one sync at the end.
-int train_and_compare(int rank, std::shared_ptr<ddp::ProcessGroup> pg, int micro_batches) {
+// grads_to_none = false: zero_grad() zeroes .grad in place, and .grad lives in DDP's buckets.
+int train_and_compare(int rank, std::shared_ptr<ddp::ProcessGroup> pg, int micro_batches, bool grads_to_none = true) {
   const int world = pg->size();
   auto model = make_mlp(100 + rank);  // every rank starts from different weights...
   auto reference = make_mlp(100);     // ...the wrap must give them rank 0's
@@ -76,8 +77,8 @@ int train_and_compare(int rank, std::shared_ptr<ddp::ProcessGroup> pg, int micro
   torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
   torch::optim::SGD ref_opt(reference->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
   for (int step = 0; step < kSteps; ++step) {
-    opt.zero_grad();
-    ref_opt.zero_grad();
+    opt.zero_grad(grads_to_none);
+    ref_opt.zero_grad(grads_to_none);
     for (int m = 0; m < micro_batches; ++m) {
       auto [x, y] = batch(step * micro_batches + m);
       auto local_loss = [&] { return torch::mse_loss(ddp_model->forward(shard(x, rank, world)), shard(y, rank, world)); };
@@ -110,6 +111,15 @@ TEST(DdpEquivalence, ThreeRanksEqualOneProcess) {
 
 TEST(DdpEquivalence, NoSyncAccumulationEqualsOneProcess) {
   EXPECT_EQ(ddp_test::run_ranks(2, [](int r, auto pg) { return train_and_compare(r, pg, 3); }), 0);
+}
+
+// One run_ranks() per test: its workers re-run this test in new processes.
+TEST(DdpEquivalence, GradientsZeroedInPlaceEqualOneProcess) {
+  EXPECT_EQ(ddp_test::run_ranks(2, [](int r, auto pg) { return train_and_compare(r, pg, 1, false); }), 0);
+}
+
+TEST(DdpEquivalence, NoSyncWithGradientsZeroedInPlaceEqualsOneProcess) {
+  EXPECT_EQ(ddp_test::run_ranks(2, [](int r, auto pg) { return train_and_compare(r, pg, 3, false); }), 0);
 }
 
 TEST(DdpEquivalence, UnusedParameterIsNamedNotAHang) {
