@@ -3,6 +3,8 @@
 #include <cstdio>
 #include <exception>
 
+#include "ddp/host_memory.h"
+
 namespace ddp {
 namespace {
 
@@ -20,6 +22,7 @@ std::string without_backtrace(std::string what) {
 
 int run_main(const std::function<int()>& body, const std::string& prefix) {
   const std::string who = prefix.empty() ? "" : prefix + " ";
+  keep_freed_host_memory();  // before the first tensor: steps stop paying page faults
   try {
     return body();
   } catch (const Error& e) {

@@ -26,7 +26,8 @@ class Error : public std::runtime_error {
 };
 
 // Runs a program's body, turning every exception into one readable message and an exit code.
-// The prefix (e.g. "[RANK 1]") tells which process failed in a multi-process log.
+// The prefix (e.g. "[RANK 1]") tells which process failed in a multi-process log. First it applies
+// keep_freed_host_memory() (host_memory.h), so every program gets the same allocator settings.
 int run_main(const std::function<int()>& body, const std::string& prefix = "");
 
 }  // namespace ddp
