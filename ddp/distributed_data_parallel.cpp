@@ -142,18 +142,50 @@ void GradientReducer::start_backward() {
   }
   std::fill(ready_.begin(), ready_.end(), 0);
   next_bucket_ = 0;
-  // Runs once the whole backward pass is done, before backward() returns to the caller.
+  // The callback runs once the whole backward pass is done, before backward() returns. If an
+  // exception ends the pass first, the engine drops the callback unrun: the watch it carries then
+  // marks this pass abandoned (each pass has its own flag, so a late drop cannot touch the next).
+  struct Watch {
+    explicit Watch(std::shared_ptr<std::atomic<bool>> flag) : abandoned(std::move(flag)) {}
+    Watch(const Watch&) = delete;  // a copy's destructor would raise the flag
+    Watch& operator=(const Watch&) = delete;
+    ~Watch() {
+      if (!ran) abandoned->store(true);
+    }
+    std::shared_ptr<std::atomic<bool>> abandoned;
+    bool ran = false;
+  };
+  abandoned_ = std::make_shared<std::atomic<bool>>(false);
+  auto watch = std::make_shared<Watch>(abandoned_);
   std::weak_ptr<int> alive = alive_;
-  torch::autograd::Engine::get_default_engine().queue_callback([this, alive] {
+  torch::autograd::Engine::get_default_engine().queue_callback([this, alive, watch] {
+    watch->ran = true;
     if (!alive.expired()) finish_backward();
   });
   in_backward_ = true;
 }
 
+void GradientReducer::recover_from_abandoned_backward() {
+  // Let the allreduces already started finish before their memory is reused: the other ranks
+  // pair them with their own buckets of the same index.
+  const size_t sent = next_bucket_;
+  for (size_t k = 0; k < sent; ++k) pg_->wait(buckets_[k].work, "gradient allreduce of an interrupted backward");
+  in_backward_ = false;
+  next_bucket_ = 0;
+  if (sent > 0)
+    throw Error("a backward pass on rank " + std::to_string(pg_->rank()) + " ended part-way, after " +
+                    std::to_string(sent) + " of " + std::to_string(buckets_.size()) +
+                    " gradient buckets had been sent: the ranks are out of step",
+                "do not catch an error from backward() and go on; end the run (a restart resumes from the "
+                "last snapshot). Every rank must run the same backward passes");
+}
+
 void GradientReducer::on_gradient_ready(size_t i) {
   if (!sync_enabled_) return;  // no_sync(): accumulate locally
+  // An accumulator fires once per backward pass: a second report means the earlier pass never
+  // reached its end (an exception inside backward).
+  if (in_backward_ && (abandoned_->load() || ready_[i])) recover_from_abandoned_backward();
   if (!in_backward_) start_backward();
-  if (ready_[i]) return;  // a parameter used twice in one graph reports once
   ready_[i] = 1;
   Bucket& b = buckets_[bucket_of_[i]];
   const auto slot = std::find(b.params.begin(), b.params.end(), i) - b.params.begin();
@@ -179,38 +211,71 @@ void GradientReducer::launch_ready_buckets() {
   }
 }
 
+// find_unused_parameters: a parameter that got no gradient in this pass enters its bucket as its
+// accumulated .grad (earlier no_sync passes), or as zero when it has none.
+void GradientReducer::count_unused_as_zero() {
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (ready_[i]) continue;
+    ready_[i] = 1;
+    Bucket& b = buckets_[bucket_of_[i]];
+    const auto slot = std::find(b.params.begin(), b.params.end(), i) - b.params.begin();
+    auto slice = b.flat.narrow(0, b.offsets[slot], params_[i].numel());
+    const torch::Tensor& grad = params_[i].grad();
+    if (!grad.defined())
+      slice.zero_();
+    else if (grad.data_ptr() == slice.data_ptr())
+      slice.div_(b.world_size);
+    else
+      torch::div_out(slice, grad.reshape({-1}), b.world_size);
+    --b.pending;
+  }
+}
+
 void GradientReducer::finish_backward() {
   in_backward_ = false;
-  if (next_bucket_ < buckets_.size()) {
+  torch::NoGradGuard no_grad;
+  std::vector<char> keep_undefined(params_.size(), 0);
+  if (options_.find_unused_parameters) {
+    // Which parameters have a gradient on any rank (PyTorch's "local used map"): one that has none
+    // anywhere keeps .grad undefined. Taken before the buckets fill the gaps with zeros.
+    std::vector<int32_t> mine(params_.size());
+    for (size_t i = 0; i < params_.size(); ++i) mine[i] = params_[i].grad().defined() ? 1 : 0;
+    auto has_grad = torch::tensor(mine, torch::kInt32).to(params_[0].device());
+    if (next_bucket_ < buckets_.size()) {
+      count_unused_as_zero();
+      launch_ready_buckets();
+    }
+    std::vector<torch::Tensor> mask{has_grad};
+    pg_->wait(pg_->allreduce_sum_async(mask), "allreduce of which parameters have gradients");
+    const auto anywhere = has_grad.cpu();
+    const auto counts = anywhere.accessor<int32_t, 1>();
+    for (size_t i = 0; i < params_.size(); ++i) keep_undefined[i] = counts[static_cast<int64_t>(i)] == 0;
+  } else if (next_bucket_ < buckets_.size()) {
     std::string unused;
     for (size_t i = 0; i < params_.size(); ++i)
       if (!ready_[i]) unused += (unused.empty() ? "" : ", ") + names_[i];
-    if (!options_.find_unused_parameters) {
-      // Drain what was launched so the group stays usable, then say which parameters were missed.
-      for (size_t k = 0; k < next_bucket_; ++k) pg_->wait(buckets_[k].work, "gradient allreduce");
-      throw Error("these parameters received no gradient in this backward pass: " + unused,
-                  "make every parameter take part in the loss, or construct DistributedDataParallel with "
-                  "find_unused_parameters = true (--find-unused-parameters) to treat them as zero");
-    }
-    for (size_t i = 0; i < params_.size(); ++i) {
-      if (ready_[i]) continue;
-      ready_[i] = 1;
-      Bucket& b = buckets_[bucket_of_[i]];
-      const auto slot = std::find(b.params.begin(), b.params.end(), i) - b.params.begin();
-      b.flat.narrow(0, b.offsets[slot], params_[i].numel()).zero_();
-      --b.pending;
-    }
-    launch_ready_buckets();
+    // Drain what was launched so the group stays usable, then say which parameters were missed.
+    for (size_t k = 0; k < next_bucket_; ++k) pg_->wait(buckets_[k].work, "gradient allreduce");
+    throw Error("these parameters received no gradient in this backward pass: " + unused,
+                "make every parameter take part in the loss, or construct DistributedDataParallel with "
+                "find_unused_parameters = true (--find-unused-parameters) to treat them as zero");
   }
-  torch::NoGradGuard no_grad;
+  point_grads_at_buckets(keep_undefined);
+}
+
+// Waits for every bucket and makes each .grad its averaged slice of the bucket (no copy back). The
+// next backward accumulates into it in place, or, after zero_grad() set it to none, into a new
+// tensor that is copied in.
+void GradientReducer::point_grads_at_buckets(const std::vector<char>& keep_undefined) {
   for (size_t k = 0; k < buckets_.size(); ++k) {
     Bucket& b = buckets_[k];
     pg_->wait(b.work, "gradient allreduce (bucket " + std::to_string(k + 1) + " of " +
                           std::to_string(buckets_.size()) + ")");
-    // .grad becomes the bucket's memory (no copy back). The next backward accumulates into it in
-    // place, or, after zero_grad() set it to none, into a new tensor that is copied in.
     for (size_t slot = 0; slot < b.params.size(); ++slot) {
-      torch::Tensor& p = params_[b.params[slot]];
+      const size_t i = b.params[slot];
+      if (keep_undefined[i]) continue;
+      torch::Tensor& p = params_[i];
       const int64_t start = b.flat.storage_offset() + b.offsets[slot];
       const auto* where = static_cast<const char*>(b.flat.storage().data()) + start * b.flat.element_size();
       if (p.grad().defined() && p.grad().data_ptr() == where) continue;

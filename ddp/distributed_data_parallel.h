@@ -7,11 +7,17 @@
 //     bucket (PyTorch's gradient_as_bucket_view: no copy back) before backward() returns.
 //   * no_sync() skips the allreduce for gradient accumulation; the next synced backward averages
 //     the accumulated gradients.
-//   * A parameter without a gradient is an error naming it (or zero, with find_unused_parameters).
+//   * A parameter without a gradient is an error naming it. With find_unused_parameters it counts
+//     as zero on this rank (its accumulated .grad, if any, still counts); a parameter that no
+//     rank has a gradient for keeps .grad undefined, so the optimizer leaves it alone (PyTorch).
+//   * An exception inside backward (an error in a hook, out of memory) abandons that pass: the next
+//     backward starts afresh, or, if part of the gradients had already been sent, raises an error
+//     that says the ranks are out of step (they would otherwise average different batches).
 #pragma once
 
 #include <torch/torch.h>
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
@@ -57,6 +63,9 @@ class GradientReducer {
   void launch_ready_buckets();
   void finish_backward();
   void start_backward();
+  void recover_from_abandoned_backward();
+  void count_unused_as_zero();
+  void point_grads_at_buckets(const std::vector<char>& keep_undefined);
 
   std::shared_ptr<torch::nn::Module> module_;
   std::shared_ptr<ProcessGroup> pg_;
@@ -69,6 +78,8 @@ class GradientReducer {
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // kept alive: hooks live on them
   size_t next_bucket_ = 0;
   bool in_backward_ = false;  // a synced backward is running: its end-of-backward callback is queued
+  // Set when the engine dropped this backward's end-of-backward callback unrun (an exception).
+  std::shared_ptr<std::atomic<bool>> abandoned_ = std::make_shared<std::atomic<bool>>(false);
   bool sync_enabled_ = true;
   std::shared_ptr<int> alive_ = std::make_shared<int>(0);  // hooks outlive us: they check this first
 };

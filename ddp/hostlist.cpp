@@ -1,11 +1,16 @@
 #include "ddp/hostlist.h"
 
 #include <cctype>
+#include <charconv>
+#include <optional>
 
 #include "ddp/error.h"
 
 namespace ddp {
 namespace {
+
+// No cluster has more nodes than this; a larger expansion is a typo, not a job.
+constexpr size_t kMaxHosts = 1'000'000;
 
 Error bad_hostlist(const std::string& list, const std::string& why) {
   return Error("cannot expand Slurm node list '" + list + "': " + why,
@@ -17,6 +22,14 @@ bool all_digits(const std::string& s) {
   for (char c : s)
     if (!std::isdigit(static_cast<unsigned char>(c))) return false;
   return true;
+}
+
+// A decimal number that fits a long, or nothing (no exception for 99999999999999999999).
+std::optional<long> to_long(const std::string& s) {
+  long v = 0;
+  const auto [end, err] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (err != std::errc() || end != s.data() + s.size()) return std::nullopt;
+  return v;
 }
 
 // Splits on commas that are not inside brackets.
@@ -52,7 +65,9 @@ std::vector<std::string> expand_range_list(const std::string& body, const std::s
     }
     const std::string lo = item.substr(0, dash), hi = item.substr(dash + 1);
     if (!all_digits(lo) || !all_digits(hi)) throw bad_hostlist(whole, "bad range '" + item + "'");
-    const long a = std::stol(lo), b = std::stol(hi);
+    const auto a_ = to_long(lo), b_ = to_long(hi);
+    if (!a_ || !b_) throw bad_hostlist(whole, "range '" + item + "' has a number too large");
+    const long a = *a_, b = *b_;
     if (b < a) throw bad_hostlist(whole, "range '" + item + "' goes backwards");
     if (b - a > 100000) throw bad_hostlist(whole, "range '" + item + "' is implausibly large");
     const size_t width = lo.size();  // Slurm pads every number to the width of the lower bound
@@ -77,11 +92,13 @@ void expand_one(const std::string& expr, const std::string& whole, std::vector<s
   if (close == std::string::npos) throw bad_hostlist(whole, "a '[' is never closed");
   const std::string prefix = expr.substr(0, open);
   const std::string rest = expr.substr(close + 1);
-  for (const std::string& n : expand_range_list(expr.substr(open + 1, close - open - 1), whole)) {
-    std::vector<std::string> tails;
-    expand_one(rest, whole, tails);
+  std::vector<std::string> tails;
+  expand_one(rest, whole, tails);
+  const auto numbers = expand_range_list(expr.substr(open + 1, close - open - 1), whole);
+  if (numbers.size() * tails.size() > kMaxHosts - out.size())
+    throw bad_hostlist(whole, "it expands to more than " + std::to_string(kMaxHosts) + " hosts");
+  for (const std::string& n : numbers)
     for (const std::string& t : tails) out.push_back(prefix + n + t);
-  }
 }
 
 }  // namespace
@@ -116,9 +133,12 @@ std::vector<int> expand_tasks_per_node(const std::string& tasks_per_node) {
       repeat = item.substr(paren + 2, item.size() - paren - 3);
     }
     if (!all_digits(count) || !all_digits(repeat)) throw bad("'" + item + "' is not N or N(xM)");
-    const int c = std::stoi(count), r = std::stoi(repeat);
-    if (c <= 0 || r <= 0) throw bad("counts must be positive");
-    counts.insert(counts.end(), r, c);
+    const auto c = to_long(count), r = to_long(repeat);
+    if (!c || !r || *c > 1'000'000) throw bad("'" + item + "' has a number too large");
+    if (*c <= 0 || *r <= 0) throw bad("counts must be positive");
+    if (static_cast<size_t>(*r) > kMaxHosts - counts.size())
+      throw bad("it lists more than " + std::to_string(kMaxHosts) + " nodes");
+    counts.insert(counts.end(), static_cast<size_t>(*r), static_cast<int>(*c));
     pos = end + 1;
   }
   return counts;

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <numeric>
 #include <vector>
 
@@ -107,8 +108,16 @@ void from_slurm(const EnvMap& env, LaunchEnv& l) {
   } else if (!per_node.empty() && l.node_rank < static_cast<int>(per_node.size())) {
     l.local_world_size = per_node[l.node_rank];
   } else {
-    l.local_world_size = l.world_size;
+    // Only the task count is known: spread it over the step's nodes (the first nodes get the
+    // remainder, as Slurm's default block distribution does).
+    const int nodes = std::max(1, first_int(env, {"SLURM_STEP_NUM_NODES", "SLURM_NNODES", "SLURM_JOB_NUM_NODES"}).value_or(1));
+    l.local_world_size = (l.world_size + nodes - 1) / nodes;
   }
+  // srun --mpi=pmix sets PMIX_RANK too; it must be this task's rank.
+  if (auto pmix = get_int(env, "PMIX_RANK"); pmix && *pmix != l.global_rank)
+    throw Error("PMIX_RANK=" + std::to_string(*pmix) + " but SLURM_PROCID=" + std::to_string(l.global_rank) +
+                    ": two launchers disagree about this process's rank",
+                "start the program with one launcher: srun (optionally --mpi=pmix) or mpirun, not one inside the other");
 }
 
 // The variables (or options) the fix hints name, in the launcher's own words.

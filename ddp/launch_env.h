@@ -36,9 +36,11 @@ using EnvMap = std::map<std::string, std::string>;
 EnvMap current_environment();
 
 // Precedence: explicit options; torchrun (RANK, WORLD_SIZE, LOCAL_RANK, ...); OpenMPI
-// (OMPI_COMM_WORLD_*, PMIX_RANK) — before Slurm, because mpirun inside an allocation inherits
-// misleading SLURM_* values; Slurm (SLURM_PROCID inside an srun step); else a single process.
-// MASTER_ADDRESS is accepted as an alias of MASTER_ADDR. Throws ddp::Error on inconsistent input.
+// (OMPI_COMM_WORLD_*) — before Slurm, because mpirun inside an allocation inherits misleading
+// SLURM_* values; Slurm (SLURM_PROCID inside an srun step); PMIX_RANK with OMPI_COMM_WORLD_SIZE
+// (another PMIx launcher); else a single process. Under `srun --mpi=pmix` both PMIX_RANK and
+// SLURM_PROCID are set and must agree. MASTER_ADDRESS is accepted as an alias of MASTER_ADDR.
+// Throws ddp::Error on inconsistent input.
 LaunchEnv resolve_launch_env(const EnvMap& env, const LaunchOverrides& overrides = {});
 
 // One line for logs: "torchrun: rank 1 of 2, local rank 1 of 2, master 127.0.0.1:29500".

@@ -56,6 +56,15 @@ std::string fmt_seconds(double s) {
 
 bool contains(const std::string& text, const char* needle) { return text.find(needle) != std::string::npos; }
 
+// How to choose another master port, in the words of whoever set this one.
+std::string other_port_hint(const LaunchEnv& launch) {
+  if (launch.launcher == "options") return "choose another port: --master-port N";
+  if (launch.launcher == "torchrun") return "choose another port: torchrun --master-port N (or --rdzv-endpoint HOST:N)";
+  return "choose another port: export MASTER_PORT=N before " +
+         std::string(launch.launcher == "openmpi" ? "mpirun" : launch.launcher == "slurm" ? "srun" : "starting") +
+         ", or --master-port N (e.g. 20000 + job id % 20000: jobs sharing a node differ)";
+}
+
 bool is_loopback(const std::string& host) {
   return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
 }
@@ -101,7 +110,8 @@ c10::intrusive_ptr<c10d::Store> rendezvous(const LaunchEnv& launch, std::chrono:
       return store;
     } catch (const c10::Error& e) {
       throw Error("cannot open the rendezvous file '" + path + "': " + e.what_without_backtrace(),
-                  "use a fresh path per job on a filesystem every node shares, e.g. file://$PWD/rdzv.$SLURM_JOB_ID");
+                  "use a fresh path per job and attempt on a filesystem every node shares, e.g. "
+                  "file://$PWD/rdzv.$SLURM_JOB_ID.${SLURM_RESTART_COUNT:-0} (a requeued job keeps its id)");
     }
   }
 #if TORCH_VERSION_MAJOR < 2
@@ -147,7 +157,7 @@ c10::intrusive_ptr<c10d::Store> rendezvous(const LaunchEnv& launch, std::chrono:
     if (launch.global_rank == 0 && (contains(why, "in use") || contains(why, "EADDRINUSE")))
       throw Error("master port " + std::to_string(launch.master_port) + " on " + launch.master_addr +
                       " is already in use (another job or a previous run still holds it)",
-                  "choose another port: --master-port N or MASTER_PORT=N (e.g. 20000 + job id % 20000)");
+                  other_port_hint(launch));
     if (launch.global_rank == 0)
       throw Error("rank 0 waited " + fmt_seconds(waited) + " at " + where + " but not all " +
                       std::to_string(launch.world_size) + " ranks arrived: " + why,
@@ -175,11 +185,17 @@ ProcessGroup::ProcessGroup(const LaunchEnv& launch, const torch::Device& device,
   if (launch.launcher == "torchrun") ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   store_ = rendezvous(launch, options.rendezvous_timeout);
   // Two processes claiming one rank (a launcher inside a launcher) would silently corrupt the group.
-  if (store_->add("ddpw/rank_claimed/" + std::to_string(rank_), 1) != 1)
+  if (store_->add("ddpw/rank_claimed/" + std::to_string(rank_), 1) != 1) {
+    if (!launch.init_method.empty())
+      throw Error("rank " + std::to_string(rank_) + " is already claimed in " + launch.init_method +
+                      " (the file holds an earlier run's keys, or two processes have this rank)",
+                  "give every job and every restart a fresh rendezvous file, e.g. "
+                  "file://$PWD/rdzv.$SLURM_JOB_ID.${SLURM_RESTART_COUNT:-0}, and start one process per rank");
     throw Error("two processes claim rank " + std::to_string(rank_) + " of the group at " + launch.master_addr + ":" +
                     std::to_string(launch.master_port),
                 "start one copy of the program per rank: do not run a self-spawning program under torchrun/mpirun, "
                 "and give concurrent jobs different master ports");
+  }
   auto backend_store = c10::make_intrusive<c10d::PrefixStore>(backend_name_, store_);
   const auto start = Clock::now();
   try {

@@ -1,5 +1,6 @@
 // defines: run_ranks — runs a test body as N real processes (this test binary re-executed once per
 //          rank by ddp::spawn, with the same --gtest_filter), meeting through a fresh FileStore.
+// A worker runs only the test that spawned it (test_main.cpp), then exits.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -19,19 +20,26 @@
 
 namespace ddp_test {
 
+inline std::string current_test_name() {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  return info ? std::string(info->test_suite_name()) + "." + info->name() : "";
+}
+
 // In the test process: spawns n ranks and returns their combined exit code. In a rank: runs
-// body(rank, group) and returns its exit code (0 = the rank's checks passed).
+// body(rank, group) and exits with its code (0 = the rank's checks passed).
 inline int run_ranks(int n, const std::function<int(int rank, std::shared_ptr<ddp::ProcessGroup> pg)>& body,
                      std::chrono::seconds timeout = std::chrono::seconds(60)) {
   if (!ddp::is_spawned_worker()) {
     char dir[] = "/tmp/ddpw-test-XXXXXX";
     if (!::mkdtemp(dir)) return 1;
     ::setenv("DDPW_TEST_STORE", (std::string(dir) + "/store").c_str(), 1);
+    ::setenv("DDPW_TEST_NAME", current_test_name().c_str(), 1);
     const int rc = ddp::spawn(n, nullptr);
     ddp::remove_tree(dir);
     return rc;
   }
-  return ddp::spawn(n, [&](int rank) {
+  // A worker runs only its parent's test (test_main.cpp narrows its filter), then ends.
+  const int rc = ddp::spawn(n, [&](int rank) {
     return ddp::run_main(
         [&] {
           ddp::LaunchEnv launch;
@@ -45,6 +53,8 @@ inline int run_ranks(int n, const std::function<int(int rank, std::shared_ptr<dd
         },
         "[rank " + std::to_string(rank) + "]");
   });
+  std::fflush(nullptr);
+  ::_exit(rc);
 }
 
 }  // namespace ddp_test

@@ -141,20 +141,145 @@ TEST(DdpEquivalence, UnusedParameterIsNamedNotAHang) {
             0);
 }
 
-TEST(DdpEquivalence, FindUnusedParametersTreatsThemAsZero) {
+// A model with a branch that only some ranks use in some passes, and a layer nobody uses.
+struct BranchyImpl : torch::nn::Module {
+  BranchyImpl() {
+    l1 = register_module("l1", torch::nn::Linear(16, 32));
+    l2 = register_module("l2", torch::nn::Linear(32, 32));
+    branch = register_module("branch", torch::nn::Linear(32, 32));
+    head = register_module("head", torch::nn::Linear(32, 4));
+    never = register_module("never", torch::nn::Linear(4, 4));
+    to(torch::kFloat64);
+  }
+  torch::Tensor forward(const torch::Tensor& x, bool use_branch) {
+    auto h = torch::tanh(l2(torch::tanh(l1(x))));
+    if (use_branch) h = h + torch::tanh(branch(h));
+    return head(h);
+  }
+  torch::nn::Linear l1{nullptr}, l2{nullptr}, branch{nullptr}, head{nullptr}, never{nullptr};
+};
+
+// Which ranks use the branch in which pass: in some steps only in a no_sync pass on one rank (its
+// accumulated gradient must still count), in some steps on no rank at all (.grad stays undefined).
+bool uses_branch(int step, int micro_batch, int rank) { return (step + micro_batch + rank) % 4 == 0; }
+
+TEST(DdpEquivalence, FindUnusedParametersEqualsOneProcess) {
   EXPECT_EQ(ddp_test::run_ranks(2,
                                 [](int rank, auto pg) {
-                                  auto model = make_mlp(7, /*with_unused=*/true);
+                                  constexpr int kWorld = 2, kMicro = 2, kUnusedSteps = 12;
+                                  torch::manual_seed(3);
+                                  auto model = std::make_shared<BranchyImpl>();
+                                  torch::manual_seed(3);
+                                  auto reference = std::make_shared<BranchyImpl>();
+                                  const auto never_before = model->never->weight.detach().clone();
                                   ddp::DdpOptions options;
                                   options.find_unused_parameters = true;
-                                  ddp::DistributedDataParallel<MlpImpl> ddp_model(model, pg, options);
-                                  for (int step = 0; step < 3; ++step) {
-                                    model->zero_grad();
-                                    auto [x, y] = batch(step);
-                                    torch::mse_loss(ddp_model->forward(shard(x, rank, 2)), shard(y, rank, 2)).backward();
+                                  options.bucket_mb = 0.01;  // several buckets
+                                  ddp::DistributedDataParallel<BranchyImpl> ddp_model(model, pg, options);
+                                  auto sgd = torch::optim::SGDOptions(0.05).momentum(0.9).weight_decay(0.01);
+                                  torch::optim::SGD opt(model->parameters(), sgd), ref_opt(reference->parameters(), sgd);
+                                  for (int step = 0; step < kUnusedSteps; ++step) {
+                                    opt.zero_grad();
+                                    ref_opt.zero_grad();
+                                    for (int m = 0; m < kMicro; ++m) {
+                                      auto [x, y] = batch(step * kMicro + m);
+                                      auto loss = [&](int r, auto& net) {
+                                        return torch::mse_loss(net->forward(shard(x, r, kWorld), uses_branch(step, m, r)),
+                                                               shard(y, r, kWorld));
+                                      };
+                                      if (m + 1 < kMicro) {
+                                        auto no_sync = ddp_model.no_sync();
+                                        loss(rank, ddp_model).backward();
+                                      } else {
+                                        loss(rank, ddp_model).backward();
+                                      }
+                                      // The reference: the mean over both ranks' shards, in one process.
+                                      ((loss(0, reference) + loss(1, reference)) / kWorld).backward();
+                                    }
+                                    if (model->never->weight.grad().defined()) {
+                                      std::fprintf(stderr, "rank %d: a layer no rank used got a gradient\n", rank);
+                                      return 1;
+                                    }
+                                    opt.step();
+                                    ref_opt.step();
                                   }
-                                  const auto g = model->unused->weight.grad();
-                                  return g.defined() && g.abs().max().item<double>() == 0 ? 0 : 1;
+                                  const double diff = max_difference(*model, *reference);
+                                  const bool never_moved = !torch::equal(model->never->weight, never_before);
+                                  std::printf("rank %d: find_unused_parameters, max |DDP - single process| = %.3g\n", rank, diff);
+                                  if (never_moved) std::fprintf(stderr, "rank %d: the unused layer moved\n", rank);
+                                  return diff <= kTolerance && !never_moved ? 0 : 1;
+                                }),
+            0);
+}
+
+// A hook on an inner activation that throws in backward, after the last layers' gradients are
+// ready (as an out-of-memory error would, part-way through).
+torch::Tensor forward_failing_in_backward(MlpImpl& m, const torch::Tensor& x) {
+  auto h2 = torch::tanh(m.l2(torch::tanh(m.l1(x))));
+  h2.register_hook([](torch::Tensor) -> torch::Tensor { throw std::runtime_error("injected failure in backward"); });
+  return m.l4(torch::tanh(m.l3(h2)));
+}
+
+bool backward_fails(const torch::Tensor& loss, const char* expected) {
+  try {
+    loss.backward();
+  } catch (const std::exception& e) {
+    if (std::string(e.what()).find(expected) != std::string::npos) return true;
+    std::fprintf(stderr, "unexpected error: %s\n", e.what());
+  }
+  return false;
+}
+
+// All ranks fail in the same pass before any bucket was sent (one big bucket): the pass is
+// forgotten, and training goes on exactly like a single process that skipped that batch.
+TEST(DdpEquivalence, BackwardInterruptedBeforeAnyBucketIsForgotten) {
+  EXPECT_EQ(ddp_test::run_ranks(2,
+                                [](int rank, auto pg) {
+                                  auto model = make_mlp(100 + rank), reference = make_mlp(100);
+                                  ddp::DistributedDataParallel<MlpImpl> ddp_model(model, pg);  // 25 MiB: one bucket
+                                  torch::optim::SGD opt(model->parameters(), 0.05), ref_opt(reference->parameters(), 0.05);
+                                  for (int step = 0; step < 6; ++step) {
+                                    opt.zero_grad();
+                                    auto [x, y] = batch(step);
+                                    if (step == 2) {
+                                      auto out = forward_failing_in_backward(*model, shard(x, rank, 2));
+                                      if (!backward_fails(torch::mse_loss(out, shard(y, rank, 2)), "injected")) return 1;
+                                      continue;  // every rank skips this batch
+                                    }
+                                    torch::mse_loss(ddp_model->forward(shard(x, rank, 2)), shard(y, rank, 2)).backward();
+                                    opt.step();
+                                    ref_opt.zero_grad();
+                                    torch::mse_loss(reference->forward(x), y).backward();
+                                    ref_opt.step();
+                                  }
+                                  const double diff = max_difference(*model, *reference);
+                                  std::printf("rank %d: after an interrupted backward, max |DDP - single process| = %.3g\n",
+                                              rank, diff);
+                                  return diff <= kTolerance ? 0 : 1;
+                                }),
+            0);
+}
+
+// A pass that fails after part of the gradients were sent cannot be forgotten: the next backward
+// says the ranks are out of step (instead of averaging different batches); the one after works.
+TEST(DdpEquivalence, BackwardInterruptedAfterBucketsSentIsAnError) {
+  EXPECT_EQ(ddp_test::run_ranks(2,
+                                [](int rank, auto pg) {
+                                  auto model = make_mlp(7);
+                                  ddp::DdpOptions options;
+                                  options.bucket_mb = 0.02;  // the first bucket (l4, l3) is sent before the failure
+                                  ddp::DistributedDataParallel<MlpImpl> ddp_model(model, pg, options);
+                                  auto [x, y] = batch(0);
+                                  auto loss = [&] { return torch::mse_loss(ddp_model->forward(shard(x, rank, 2)), shard(y, rank, 2)); };
+                                  if (!backward_fails(torch::mse_loss(forward_failing_in_backward(*model, shard(x, rank, 2)),
+                                                                      shard(y, rank, 2)),
+                                                      "injected"))
+                                    return 1;
+                                  model->zero_grad();
+                                  if (!backward_fails(loss(), "out of step")) return 1;
+                                  model->zero_grad();
+                                  loss().backward();  // a fresh pass after the error works
+                                  return model->l1->weight.grad().defined() ? 0 : 1;
                                 }),
             0);
 }

@@ -25,6 +25,10 @@ INSTANTIATE_TEST_SUITE_P(
                       HostlistCase{"n[098-101]", {"n098", "n099", "n100", "n101"}},  // padding across widths
                       HostlistCase{"gpu[1,3,5]", {"gpu1", "gpu3", "gpu5"}},          // a list
                       HostlistCase{"gpu[1-2,7]", {"gpu1", "gpu2", "gpu7"}},          // range and list
+                      HostlistCase{"a,b", {"a", "b"}},                                // plain names
+                      HostlistCase{"n[01-10]", {"n01", "n02", "n03", "n04", "n05", "n06", "n07", "n08", "n09",
+                                                "n10"}},                              // width of the lower bound
+                      HostlistCase{"x[1-2]y[3]", {"x1y3", "x2y3"}},                   // a one-element group
                       HostlistCase{"a[1-2],b3", {"a1", "a2", "b3"}},                 // several groups
                       HostlistCase{"a1,b[2-3],c", {"a1", "b2", "b3", "c"}},
                       HostlistCase{"n[1-2]-ib", {"n1-ib", "n2-ib"}},                  // a suffix
@@ -42,6 +46,20 @@ TEST(Hostlist, RejectsMalformedLists) {
     EXPECT_THROW(ddp::expand_hostlist(bad), ddp::Error) << "input: '" << bad << "'";
 }
 
+// Numbers that do not fit, and lists that would expand to millions of hosts, are typos: a clear
+// error, not an exception from the standard library or a machine out of memory.
+TEST(Hostlist, RejectsHugeNumbersAndExpansions) {
+  for (const char* bad : {"n[1-99999999999999999999]", "n[99999999999999999999-1]", "a[1-300]b[1-300]c[1-300]"}) {
+    try {
+      ddp::expand_hostlist(bad);
+      ADD_FAILURE() << "no error for '" << bad << "'";
+    } catch (const ddp::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("cannot expand Slurm node list"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_EQ(ddp::expand_hostlist("a[1-100]b[1-100]").size(), 10000u);  // large but plausible
+}
+
 TEST(TasksPerNode, ExpandsRepeats) {
   EXPECT_EQ(ddp::expand_tasks_per_node("2(x3),1"), (std::vector<int>{2, 2, 2, 1}));
   EXPECT_EQ(ddp::expand_tasks_per_node("4"), (std::vector<int>{4}));
@@ -50,6 +68,7 @@ TEST(TasksPerNode, ExpandsRepeats) {
 }
 
 TEST(TasksPerNode, RejectsMalformed) {
-  for (const char* bad : {"", "2(x", "x2", "2(3)", "0", "2(x0)", "a,1", "1,,2"})
+  for (const char* bad : {"", "2(x", "x2", "2(3)", "0", "2(x0)", "a,1", "1,,2", "1(x1000000000)",
+                          "99999999999(x2)", "2(x99999999999999999999)"})
     EXPECT_THROW(ddp::expand_tasks_per_node(bad), ddp::Error) << "input: '" << bad << "'";
 }

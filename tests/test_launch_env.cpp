@@ -101,6 +101,47 @@ TEST(LaunchEnv, SlurmUnevenTasksPerNode) {
   EXPECT_EQ(l.local_world_size, 1);
 }
 
+TEST(LaunchEnv, SlurmRepeatedTasksPerNodeOnTheLastNode) {
+  // -N4 -n7: SLURM_TASKS_PER_NODE=2(x3),1; the one task on the fourth node is alone there.
+  const EnvMap env{{"SLURM_PROCID", "6"}, {"SLURM_LOCALID", "0"}, {"SLURM_NODEID", "3"},
+                   {"SLURM_TASKS_PER_NODE", "2(x3),1"}, {"SLURM_STEP_ID", "0"}, {"SLURM_JOB_NODELIST", "n[1-4]"}};
+  const auto l = resolve_launch_env(env);
+  EXPECT_EQ(l.world_size, 7);
+  EXPECT_EQ(l.local_world_size, 1);
+  EXPECT_EQ(l.node_rank, 3);
+  EXPECT_EQ(l.master_addr, "n1");
+}
+
+TEST(LaunchEnv, SlurmWithOnlyTheTaskCountSpreadsItOverTheNodes) {
+  // Hand-made environments may carry SLURM_NTASKS alone: 4 tasks on 2 nodes are 2 per node, not 4.
+  const EnvMap env{{"SLURM_PROCID", "3"}, {"SLURM_LOCALID", "1"}, {"SLURM_NTASKS", "4"}, {"SLURM_NNODES", "2"},
+                   {"SLURM_STEP_ID", "0"}, {"SLURM_JOB_NODELIST", "n[1-2]"}};
+  EXPECT_EQ(resolve_launch_env(env).local_world_size, 2);
+}
+
+TEST(LaunchEnv, SrunWithPmixAgreesWithSlurm) {
+  // srun --mpi=pmix sets PMIX_RANK and no OMPI_* variables: Slurm's values hold.
+  const EnvMap env{{"SLURM_PROCID", "1"}, {"SLURM_LOCALID", "1"}, {"SLURM_NTASKS", "2"}, {"SLURM_STEP_ID", "0"},
+                   {"SLURM_TASKS_PER_NODE", "2"}, {"SLURM_JOB_NODELIST", "n1"}, {"PMIX_RANK", "1"}};
+  const auto l = resolve_launch_env(env);
+  EXPECT_EQ(l.launcher, "slurm");
+  EXPECT_EQ(l.global_rank, 1);
+  EXPECT_EQ(l.world_size, 2);
+}
+
+TEST(LaunchEnv, PmixWithOpenMpiSizeOutsideSlurm) {
+  const EnvMap env{{"PMIX_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "2"}};
+  const auto l = resolve_launch_env(env);
+  EXPECT_EQ(l.launcher, "openmpi");
+  EXPECT_EQ(l.global_rank, 1);
+  EXPECT_EQ(l.world_size, 2);
+}
+
+TEST(LaunchEnv, MasterAddrBeatsMasterAddress) {
+  const EnvMap env{{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "a"}, {"MASTER_ADDRESS", "b"}};
+  EXPECT_EQ(resolve_launch_env(env).master_addr, "a");
+}
+
 TEST(LaunchEnv, BatchScriptWithoutSrunIsOneProcessWithAWarning) {
   const EnvMap env{{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "4"}, {"SLURM_JOB_NODELIST", "a[1-2]"}};
   const auto l = resolve_launch_env(env);
@@ -148,6 +189,10 @@ TEST(LaunchEnv, InconsistentInputIsAClearError) {
       {{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "3"}, {"LOCAL_WORLD_SIZE", "2"}},  // local rank too big
       {{"PMIX_RANK", "0"}},                                                      // no world size
       {{"SLURM_PROCID", "0"}, {"SLURM_STEP_ID", "1"}},                           // no task count
+      {{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {"SLURM_STEP_ID", "0"},      // two launchers disagree
+       {"SLURM_JOB_NODELIST", "n1"}, {"PMIX_RANK", "1"}},
+      {{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {"SLURM_STEP_ID", "0"},      // a node list that is a typo
+       {"SLURM_NNODES", "2"}, {"SLURM_JOB_NODELIST", "n[1-99999999999999999999]"}},
   };
   for (const auto& env : bad) {
     try {
