@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include "ddp/device.h"
+#include "ddp/error.h"
 #include "ddp/distributed_data_parallel.h"
 #include "ddp/files.h"
 #include "ddp/process_group.h"
@@ -33,6 +34,21 @@ TEST(Gpu, DeviceFollowsTheLocalRank) {
   EXPECT_TRUE(device.is_cuda());
   EXPECT_EQ(device.index(), 0);
   EXPECT_NE(ddp::device_name(device).find("cuda:0"), std::string::npos);
+}
+
+// More ranks on a node than GPUs: a clear error before any NCCL work, not "Duplicate GPU detected".
+TEST(Gpu, MoreRanksThanGpusIsAClearError) {
+  REQUIRE_GPU();
+  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  const std::string saved = visible ? visible : "";
+  ::unsetenv("CUDA_VISIBLE_DEVICES");  // (one visible GPU per task would be allowed)
+  try {
+    ddp::choose_device("auto", 0, ddp::visible_gpus() + 1);
+    ADD_FAILURE() << "no error for more ranks than GPUs";
+  } catch (const ddp::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("ranks would share a GPU"), std::string::npos) << e.what();
+  }
+  if (visible) ::setenv("CUDA_VISIBLE_DEVICES", saved.c_str(), 1);
 }
 
 TEST(Gpu, NcclAllreduceOfOneRank) {

@@ -23,7 +23,7 @@ for address in 0.0.0.0 127.0.0.1; do
 done
 
 # Rank 1 waits on the foreign listener and takes SIGTERM as "stop at the next step": spawn's
-# SIGKILL comes 10 s later, hence the bound of 18 s.
+# SIGKILL comes 3 s later; the bound of 18 s leaves room for a loaded machine.
 hold_port 0.0.0.0
 expect_error "step 1, port held" 18 1 "master port $PORT on .* is already in use.*$fix" \
   "$STEP1" 5 1 --threads 1 --master-port "$PORT" --rendezvous-timeout 30 --collective-timeout 30
