@@ -152,7 +152,7 @@ int worker(const ddp::Options& opt, int rank, int world_size) {
   here.global_rank = rank;
   here.world_size = world_size;
   here.master_addr = "localhost";
-  here.master_port = opt.master_port > 0 ? opt.master_port : 12355;
+  here.master_port = opt.master_port;  // 12355 unless --master-port
   const ddp::LaunchEnv launch = ddp::resolve_launch_env({}, here);
 
   const torch::Device device = ddp::choose_device(opt.device, launch.local_rank, launch.local_world_size);
