@@ -97,13 +97,16 @@ Options parse_options(int argc, char** argv, const std::string& description, uns
   auto whole = [&](const std::string& name, double lo, double hi) { return number_in(name, lo, hi, true, fix); };
   auto real = [&](const std::string& name, double lo, double hi) { return number_in(name, lo, hi, false, fix); };
 
+  CLI::Option* batch_size = nullptr;
   if (groups & kTrainingOptions) {
     app.add_option("total_epochs", o.total_epochs, "Epochs to train")
         ->required()->default_str("")->check(whole("total_epochs", 1, 1000000));
     app.add_option("save_every", o.save_every, "Write a snapshot every N epochs")
         ->required()->default_str("")->check(whole("save_every", 1, 1000000));
-    app.add_option("--batch-size,--batch_size", o.batch_size, "Samples per step on each rank")
-        ->check(whole("--batch-size", 1, 1 << 20));
+    batch_size = app.add_option("--batch-size,--batch_size", o.batch_size,
+                                "Samples per step on each rank (default: " + std::to_string(o.batch_size) + " synthetic, " +
+                                    std::to_string(kCnnBatchSize) + " mnist/fashion-mnist)")
+                     ->default_str("")->check(whole("--batch-size", 1, 1 << 20));
     app.add_option("--device", o.device, "auto (CUDA if available, else CPU), cpu, cuda or cuda:N");
     app.add_option("--dataset", o.dataset, "Workload")
         ->check(CLI::IsMember({"synthetic", "mnist", "fashion-mnist"}));
@@ -168,6 +171,8 @@ Options parse_options(int argc, char** argv, const std::string& description, uns
     usage_error(program, "--init-method '" + o.init_method + "' is not supported",
                 "use file:///path/on/a/shared/filesystem, or leave it out for a TCP rendezvous");
   if (groups & kTrainingOptions) {
+    // The CNN trains with the seed's batch of 64, unless --batch-size says otherwise.
+    if (batch_size->count() == 0 && o.dataset != "synthetic") o.batch_size = kCnnBatchSize;
     check_writable_file(program, "--snapshot", o.snapshot_path, /*written_in_place=*/false);
     check_writable_file(program, "--metrics", o.metrics_path, /*written_in_place=*/true);
   }

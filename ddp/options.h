@@ -14,13 +14,14 @@ class App;
 
 namespace ddp {
 
+inline constexpr int kCnnBatchSize = 64;       // --dataset mnist|fashion-mnist: the seed's batch
 inline constexpr int kSpawnMasterPort = 12355;  // step 1's rendezvous port, as upstream's multigpu.py
 
 struct Options {
   // The upstream tutorial's positional form: `step0_single_gpu 50 10`.
   int total_epochs = 0;
   int save_every = 0;
-  int batch_size = 32;
+  int batch_size = 32;          // parse_options makes it kCnnBatchSize for the CNN unless given
 
   std::string device = "auto";  // auto | cpu | cuda | cuda:N
   std::string dataset = "synthetic";  // synthetic | mnist | fashion-mnist
@@ -59,7 +60,7 @@ enum OptionGroups : unsigned {
 // Parses argv into Options. --help prints and exits 0; a bad value prints one line naming the
 // option and the fix and exits 2. Also checks what can be checked before any work starts
 // (a file can be created next to the snapshot and the metrics file, the device string is
-// valid).
+// valid), and applies the per-workload defaults that are not the workload's own (batch size).
 Options parse_options(int argc, char** argv, const std::string& description, unsigned groups);
 
 // The same, plus a program's own options (e.g. the diagnostics' --min-bytes), added to the same
