@@ -24,7 +24,7 @@
 #include "ddp/metrics.h"         // defines: Progress (lines for batch logs)
 #include "ddp/options.h"         // defines: Options, parse_options
 #include "ddp/process_group.h"   // defines: ProcessGroup, any_rank
-#include "ddp/run_report.h"      // defines: print_settings
+#include "ddp/run_report.h"      // defines: print_settings, print_rank_table
 #include "ddp/snapshot.h"        // defines: save_snapshot, load_snapshot
 #include "ddp/spawn.h"           // defines: spawn (start one worker per rank)
 #include "ddp/stop_signal.h"     // defines: stop_requested (SIGTERM / SIGUSR1)
@@ -162,6 +162,7 @@ int worker(const ddp::Options& opt, int rank, int world_size) {
   auto pg = ddp::init_process_group(launch, device, ddp::process_group_options(opt));
 
   ddp::print_settings(opt, launch, device, threads, launch.global_rank);
+  ddp::print_rank_table(pg.get(), launch, device);
   Trainer trainer(opt, launch, device, pg, threads);
   return trainer.train();
 }
