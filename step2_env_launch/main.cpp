@@ -8,6 +8,8 @@
 // (since step 0) lets a launcher that restarts failed workers (torchrun --max-restarts) resume.
 // The exercise (step2_env_launch/) and the solution (solutions/step2_env_launch/) differ only
 // inside those blocks.
+// A TODO block is the TODO comment and the code right below it, up to a blank line or the end
+// of the enclosing block.
 #include <torch/torch.h>
 
 #include <chrono>

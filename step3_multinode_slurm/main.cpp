@@ -9,6 +9,8 @@
 // log lines name both ranks, and rank 0 says where it serves the rendezvous before anyone waits.
 // The exercise (step3_multinode_slurm/) and the solution (solutions/step3_multinode_slurm/)
 // differ only inside those blocks.
+// A TODO block is the TODO comment and the code right below it, up to a blank line or the end
+// of the enclosing block.
 #include <torch/torch.h>
 
 #include <chrono>

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Every exercise differs from its solution only inside TODO(stepN) blocks, and by little.
 
-A TODO(stepN) block is the comment line that contains `TODO(stepN)` (N = the step), its
+A TODO(stepN) block is a comment that starts with `TODO(stepN)` (N = the step), its
 continuation comment lines, and the code right below it, up to the first blank line or the end
 of the enclosing block (the first line indented less than the TODO comment), whichever comes
 first. Both files keep the TODO comments, so `diff -u stepN_x/main.cpp solutions/stepN_x/main.cpp`
@@ -25,8 +25,9 @@ def indentation(line):
 def todo_lines(lines, step):
     """Indices of lines inside a TODO(step) block."""
     marked, indent = set(), None  # indent: the open block's TODO comment indentation
+    todo = re.compile(r"//\s*TODO\(" + step + r"\)")  # a comment that starts with it, not a mention
     for i, line in enumerate(lines):
-        if f"TODO({step})" in line:
+        if todo.search(line):
             indent = indentation(line)
         elif indent is not None and (not line.strip() or indentation(line) < indent):
             indent = None

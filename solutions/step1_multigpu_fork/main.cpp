@@ -8,6 +8,8 @@
 // localhost:12355, each trains on its own shard of the data, DistributedDataParallel averages the
 // gradients, and only global rank 0 writes the snapshot. The exercise (step1_multigpu_fork/) and
 // the solution (solutions/step1_multigpu_fork/) differ only inside those blocks.
+// A TODO block is the TODO comment and the code right below it, up to a blank line or the end
+// of the enclosing block.
 #include <torch/torch.h>
 
 #include <chrono>

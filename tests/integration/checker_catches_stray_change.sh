@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The exercise checker must fail when a solution changes a line outside its TODO blocks: far from
-# any TODO, inside a function below a TODO block, and right after the block a TODO sits in (a TODO
-# block ends at a blank line or where the code returns to a lower indentation).
+# any TODO, below a line that only mentions a TODO, inside a function below a TODO block, and right
+# after the block a TODO sits in (a TODO block ends at a blank line or where the code returns to a
+# lower indentation).
 set -euo pipefail
 root=${1:?project root}
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
@@ -25,14 +26,20 @@ expect_caught() {
 sed '1s/.*/\/\/ a stray edit outside any TODO block/' "$solution" >"$tmp/first_line.cpp"
 expect_caught first_line "$exercise" "$tmp/first_line.cpp"
 
-# 2. Inside worker(), below the TODO block that joins the process group (past its blank line).
+# 2. In the header comment below a line that mentions "marked TODO(step1)": a mention is not a
+#    TODO block, only a comment that starts with TODO(step1) is.
+grep -q 'differ only inside those blocks' "$solution" || { echo "FAIL: the header changed: update this test"; exit 1; }
+sed 's/differ only inside those blocks/differ only inside the TODO blocks/' "$solution" >"$tmp/header.cpp"
+expect_caught header_after_mention "$exercise" "$tmp/header.cpp"
+
+# 3. Inside worker(), below the TODO block that joins the process group (past its blank line).
 grep -q '^  ddp::print_settings(opt, launch, device, threads, launch.global_rank);$' "$solution" \
   || { echo "FAIL: worker() no longer calls print_settings: update this test"; exit 1; }
 sed 's/^  ddp::print_settings(opt, launch, device, threads, launch.global_rank);$/  ddp::print_settings(opt, launch, device, 1, launch.global_rank);/' \
   "$solution" >"$tmp/in_function.cpp"
 expect_caught in_function "$exercise" "$tmp/in_function.cpp"
 
-# 3. A function right after main(), whose last lines are a TODO block, with no blank line between:
+# 4. A function right after main(), whose last lines are a TODO block, with no blank line between:
 #    the block ends at main()'s closing brace (it once ran on to the next blank line or the end of
 #    the file, and accepted this).
 tail -n1 "$solution" | grep -qx '}' || { echo "FAIL: the solution no longer ends with main()'s brace: update this test"; exit 1; }
