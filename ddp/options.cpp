@@ -2,12 +2,17 @@
 
 #include "ddp/files.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <iomanip>
 #include <regex>
+#include <sstream>
 
 namespace ddp {
 namespace {
@@ -17,17 +22,63 @@ namespace {
   std::exit(2);
 }
 
-void check_writable_file(const std::string& program, const std::string& option, const std::string& path) {
+std::string format_number(double v) {
+  std::ostringstream out;
+  out << std::setprecision(15) << v;
+  return out.str();
+}
+
+// CLI11's Range calls "abc" and "5.5" out of range ("Value abc not in range 1 to 10"): say what is
+// wrong instead, and leave the fix in `fix` for the error line. `whole`: integers only.
+CLI::Validator number_in(const std::string& name, double lo, double hi, bool whole, std::string& fix) {
+  const std::string range =
+      hi >= 1e18 ? "of " + format_number(lo) + " or more" : "from " + format_number(lo) + " to " + format_number(hi);
+  const std::string kind = whole ? "a whole number" : "a number";
+  CLI::Validator v(
+      [=, &fix](std::string& input) -> std::string {
+        static const std::regex integer("[+-]?[0-9]+");
+        static const std::regex real("[+-]?([0-9]+\\.?[0-9]*|\\.[0-9]+)([eE][+-]?[0-9]+)?");
+        fix = "give " + name + " " + kind + " " + range;
+        if (!std::regex_match(input, whole ? integer : real)) return "'" + input + "' is not " + kind;
+        // strtold: 99999999999 must read as too big, not wrap around in an int.
+        const long double value = std::strtold(input.c_str(), nullptr);
+        if (value < lo || value > hi) return input + " is out of range";
+        fix.clear();
+        return "";
+      },
+      (whole ? "INT" : "FLOAT") + std::string(" in [") + format_number(lo) + " - " + format_number(hi) + "]");
+  return v;
+}
+
+// Probes by creating, not by access(): access() says yes for root on /proc, where nothing can be
+// created, and the run then fails at its first save. Leaves nothing behind: a uniquely named probe
+// file is removed at once, and an existing target is opened for appending (never truncated).
+void check_writable_file(const std::string& program, const std::string& option, const std::string& path,
+                         bool written_in_place) {
   if (path.empty()) return;
   const std::string dir = parent_dir(path);
   if (!is_directory(dir))
     usage_error(program, option + " '" + path + "': folder '" + dir + "' does not exist",
                 "create it (mkdir -p " + dir + ") or choose another path with " + option);
-  if (::access(dir.c_str(), W_OK | X_OK) != 0)
-    usage_error(program, option + " '" + path + "': folder '" + dir + "' is not writable",
-                "choose a path in a folder you can write with " + option);
   if (is_directory(path))
     usage_error(program, option + " '" + path + "' is a folder, not a file", "name a file with " + option);
+  std::string probe = (dir == "/" ? "" : dir) + "/." + base_name(path) + ".probe-XXXXXX";
+  const int fd = ::mkstemp(probe.data());
+  if (fd < 0)
+    usage_error(program, option + " '" + path + "': cannot create a file in folder '" + dir + "' (" +
+                             std::strerror(errno) + ")",
+                "choose a path in a folder you can write with " + option);
+  ::close(fd);
+  ::unlink(probe.c_str());
+  // The snapshot replaces its file by a rename (only the folder matters); the metrics CSV is
+  // appended to in place.
+  if (written_in_place && path_exists(path)) {
+    const int existing = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+    if (existing < 0)
+      usage_error(program, option + " '" + path + "' cannot be written (" + std::strerror(errno) + ")",
+                  "make it writable (chmod u+w " + path + ") or choose another path with " + option);
+    ::close(existing);
+  }
 }
 
 }  // namespace
@@ -42,51 +93,63 @@ Options parse_options(int argc, char** argv, const std::string& description, uns
   const std::string program = base_name(argv[0]);
   CLI::App app{description, program};
   app.option_defaults()->always_capture_default();
+  std::string fix;  // set by a failing number check: the fix for the error line
+  auto whole = [&](const std::string& name, double lo, double hi) { return number_in(name, lo, hi, true, fix); };
+  auto real = [&](const std::string& name, double lo, double hi) { return number_in(name, lo, hi, false, fix); };
 
+  CLI::Option* batch_size = nullptr;
   if (groups & kTrainingOptions) {
     app.add_option("total_epochs", o.total_epochs, "Epochs to train")
-        ->required()->default_str("")->check(CLI::Range(1, 1000000));
+        ->required()->default_str("")->check(whole("total_epochs", 1, 1000000));
     app.add_option("save_every", o.save_every, "Write a snapshot every N epochs")
-        ->required()->default_str("")->check(CLI::Range(1, 1000000));
-    app.add_option("--batch-size,--batch_size", o.batch_size, "Samples per step on each rank")
-        ->check(CLI::Range(1, 1 << 20));
+        ->required()->default_str("")->check(whole("save_every", 1, 1000000));
+    batch_size = app.add_option("--batch-size,--batch_size", o.batch_size,
+                                "Samples per step on each rank (default: " + std::to_string(o.batch_size) + " synthetic, " +
+                                    std::to_string(kCnnBatchSize) + " mnist/fashion-mnist)")
+                     ->default_str("")->check(whole("--batch-size", 1, 1 << 20));
     app.add_option("--device", o.device, "auto (CUDA if available, else CPU), cpu, cuda or cuda:N");
     app.add_option("--dataset", o.dataset, "Workload")
         ->check(CLI::IsMember({"synthetic", "mnist", "fashion-mnist"}));
     app.add_option("--data-dir", o.data_dir, "Folder with the four IDX files (.gz or not)");
     app.add_option("--test-batch-size", o.test_batch_size, "Samples per evaluation step")
-        ->check(CLI::Range(1, 1 << 20));
-    app.add_option("--lr", o.lr, "Learning rate (0: the workload's default)")->check(CLI::Range(0.0, 1e6));
-    app.add_option("--gamma", o.gamma, "Learning-rate decay per epoch (CNN)")->check(CLI::Range(0.0, 1.0));
-    // CLI11 2.1 reads "-3" into the unsigned seed as 2^64-3 without a word: refuse a sign.
+        ->check(whole("--test-batch-size", 1, 1 << 20));
+    app.add_option("--lr", o.lr, "Learning rate (0: the workload's default)")->check(real("--lr", 0, 1e6));
+    app.add_option("--gamma", o.gamma, "Learning-rate decay per epoch (CNN)")->check(real("--gamma", 0, 1));
+    // The largest seed is 2^64-1; CLI11 2.1 would read "-3" as 2^64-3 without a word.
     app.add_option("--seed", o.seed, "Seed for data, weights and the sampler")
-        ->check(CLI::Validator(
-            [](std::string& v) { return v.find('-') == std::string::npos ? std::string() : "must be 0 or more, not " + v; },
-            "UINT", "NonNegativeWholeNumber"));
+        ->check(whole("--seed", 0, 18446744073709551615.0).description("UINT"));
     app.add_option("--threads", o.threads, "Intra-op threads per rank (0: cores / local ranks)")
-        ->check(CLI::Range(0, 1024));
+        ->check(whole("--threads", 0, 1024));
     app.add_option("--snapshot", o.snapshot_path, "Snapshot file (resumed from if it exists)");
     app.add_flag("--fresh", o.fresh, "Ignore an existing snapshot and start from epoch 0");
     app.add_option("--metrics", o.metrics_path, "Per-epoch metrics CSV, written by rank 0");
     app.add_option("--log-every", o.log_every, "Progress line every N steps (0: every 30 s)")
-        ->check(CLI::Range(0, 1 << 30));
+        ->check(whole("--log-every", 0, 1 << 30));
   }
-  if (groups & kSpawnOptions)
+  // A program that starts its own workers (step 1) meets them on this node at a fixed port, as
+  // upstream's multigpu.py does; the others take the master from the launcher.
+  const bool spawns = groups & kSpawnOptions;
+  if (spawns) {
     app.add_option("--nproc", o.nproc, "Workers to start when no GPU is visible (else one per GPU)")
-        ->check(CLI::Range(1, 1024));
+        ->check(whole("--nproc", 1, 1024));
+    o.master_port = kSpawnMasterPort;
+  }
   if (groups & kDistributedOptions) {
-    app.add_option("--master-addr", o.master_addr, "Rendezvous host (default: from the launcher)");
-    app.add_option("--master-port", o.master_port, "Rendezvous port (default: from the launcher)")
-        ->check(CLI::Range(0, 65535));
-    app.add_option("--init-method", o.init_method, "file:///shared/path: rendezvous through a file");
+    if (!spawns)
+      app.add_option("--master-addr", o.master_addr, "Rendezvous host (default: from the launcher)");
+    app.add_option("--master-port", o.master_port,
+                   spawns ? "Rendezvous port on this node" : "Rendezvous port (default: from the launcher)")
+        ->check(whole("--master-port", spawns ? 1 : 0, 65535));
+    if (!spawns)
+      app.add_option("--init-method", o.init_method, "file:///shared/path: rendezvous through a file");
     app.add_option("--backend", o.backend, "Process-group backend")->check(CLI::IsMember({"auto", "gloo", "nccl"}));
-    app.add_option("--bucket-mb", o.bucket_mb, "Gradient bucket size in MiB")->check(CLI::Range(0.001, 4096.0));
+    app.add_option("--bucket-mb", o.bucket_mb, "Gradient bucket size in MiB")->check(real("--bucket-mb", 0.001, 4096));
     app.add_flag("--find-unused-parameters", o.find_unused_parameters,
                  "Treat parameters without a gradient as zero instead of stopping with an error");
     app.add_option("--rendezvous-timeout", o.rendezvous_timeout_s, "Seconds to wait for all ranks to arrive")
-        ->check(CLI::Range(0.1, 86400.0));
+        ->check(real("--rendezvous-timeout", 0.1, 86400));
     app.add_option("--collective-timeout", o.collective_timeout_s, "Seconds before a collective is declared hung")
-        ->check(CLI::Range(0.1, 86400.0));
+        ->check(real("--collective-timeout", 0.1, 86400));
   }
 
   if (add_options) add_options(app, o);
@@ -98,7 +161,7 @@ Options parse_options(int argc, char** argv, const std::string& description, uns
   } catch (const CLI::CallForAllHelp& e) {
     std::exit(app.exit(e));
   } catch (const CLI::ParseError& e) {
-    usage_error(program, e.what(), "see " + program + " --help");
+    usage_error(program, e.what(), fix.empty() ? "see " + program + " --help" : fix);
   }
 
   static const std::regex device_form("auto|cpu|cuda|cuda:[0-9]+");
@@ -108,8 +171,10 @@ Options parse_options(int argc, char** argv, const std::string& description, uns
     usage_error(program, "--init-method '" + o.init_method + "' is not supported",
                 "use file:///path/on/a/shared/filesystem, or leave it out for a TCP rendezvous");
   if (groups & kTrainingOptions) {
-    check_writable_file(program, "--snapshot", o.snapshot_path);
-    check_writable_file(program, "--metrics", o.metrics_path);
+    // The CNN trains with the seed's batch of 64, unless --batch-size says otherwise.
+    if (batch_size->count() == 0 && o.dataset != "synthetic") o.batch_size = kCnnBatchSize;
+    check_writable_file(program, "--snapshot", o.snapshot_path, /*written_in_place=*/false);
+    check_writable_file(program, "--metrics", o.metrics_path, /*written_in_place=*/true);
   }
   return o;
 }

@@ -14,11 +14,14 @@ class App;
 
 namespace ddp {
 
+inline constexpr int kCnnBatchSize = 64;       // --dataset mnist|fashion-mnist: the seed's batch
+inline constexpr int kSpawnMasterPort = 12355;  // step 1's rendezvous port, as upstream's multigpu.py
+
 struct Options {
   // The upstream tutorial's positional form: `step0_single_gpu 50 10`.
   int total_epochs = 0;
   int save_every = 0;
-  int batch_size = 32;
+  int batch_size = 32;          // parse_options makes it kCnnBatchSize for the CNN unless given
 
   std::string device = "auto";  // auto | cpu | cuda | cuda:N
   std::string dataset = "synthetic";  // synthetic | mnist | fashion-mnist
@@ -36,8 +39,8 @@ struct Options {
 
   // Distributed settings (steps 1-3 and the diagnostics).
   int nproc = 2;                // step 1: workers to start when there is no GPU
-  std::string master_addr;      // empty: from the launcher
-  int master_port = 0;          // 0: from the launcher
+  std::string master_addr;      // empty: from the launcher (not offered with kSpawnOptions)
+  int master_port = 0;          // 0: from the launcher; kSpawnMasterPort with kSpawnOptions
   std::string init_method;      // file:///shared/path instead of a TCP store
   std::string backend = "auto"; // auto | gloo | nccl
   double bucket_mb = 25;        // gradient bucket size, as PyTorch's bucket_cap_mb
@@ -50,12 +53,14 @@ struct Options {
 enum OptionGroups : unsigned {
   kTrainingOptions = 1u << 0,     // positional epochs/save_every and the training settings
   kDistributedOptions = 1u << 1,  // backend, buckets, timeouts, master address
-  kSpawnOptions = 1u << 2,        // --nproc (the parent starts the workers itself)
+  kSpawnOptions = 1u << 2,        // --nproc; the workers meet on this node (no --master-addr,
+                                  // no --init-method; --master-port defaults to kSpawnMasterPort)
 };
 
 // Parses argv into Options. --help prints and exits 0; a bad value prints one line naming the
 // option and the fix and exits 2. Also checks what can be checked before any work starts
-// (the snapshot's folder is writable, the device string is valid).
+// (a file can be created next to the snapshot and the metrics file, the device string is
+// valid), and applies the per-workload defaults that are not the workload's own (batch size).
 Options parse_options(int argc, char** argv, const std::string& description, unsigned groups);
 
 // The same, plus a program's own options (e.g. the diagnostics' --min-bytes), added to the same

@@ -135,6 +135,24 @@ int run_parent(int nprocs) {
   return exit_code;
 }
 
+// The launcher that started this process with ranks of its own, or "" (see spawn.h).
+std::string started_by_launcher() {
+  auto set = [](const char* name) {
+    const char* v = std::getenv(name);
+    return v != nullptr && *v != '\0';
+  };
+  if (set("RANK") || set("LOCAL_RANK") || set("WORLD_SIZE")) return "torchrun (RANK, LOCAL_RANK or WORLD_SIZE is set)";
+  if (set("OMPI_COMM_WORLD_RANK")) return "mpirun (OMPI_COMM_WORLD_RANK is set)";
+  // One srun task may start workers (the step 1 batch scripts do); several tasks would each do it.
+  const char* step = std::getenv("SLURM_STEP_ID");
+  if (step == nullptr) step = std::getenv("SLURM_STEPID");
+  const char* tasks = std::getenv("SLURM_STEP_NUM_TASKS");
+  if (tasks == nullptr) tasks = std::getenv("SLURM_NTASKS");
+  if (step != nullptr && tasks != nullptr && std::atoi(tasks) > 1)
+    return std::string("srun with ") + tasks + " tasks (SLURM_STEP_ID is set)";
+  return "";
+}
+
 }  // namespace
 
 bool is_spawned_worker() { return std::getenv(kRankVar) != nullptr; }
@@ -146,6 +164,18 @@ int spawn(int nprocs, const std::function<int(int rank)>& worker) {
     const char* parent = std::getenv(kParentVar);
     if (parent && std::to_string(::getppid()) != parent) return kExitError;  // parent already gone
     return worker(std::atoi(rank));
+  }
+  const std::string launcher = started_by_launcher();
+  if (!launcher.empty()) {
+    const auto args = own_arguments();
+    const std::string program = args.empty() ? "this program" : args[0].substr(args[0].find_last_of('/') + 1);
+    std::fprintf(stderr,
+                 "error: %s starts its own workers, but was started by %s, so every rank would start a set of "
+                 "its own (fix: run it without the launcher, or complete TODO(step2) to read the ranks from the "
+                 "environment)\n",
+                 program.c_str(), launcher.c_str());
+    std::fflush(stderr);
+    return kExitError;
   }
   return run_parent(nprocs);
 }

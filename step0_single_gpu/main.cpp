@@ -21,7 +21,7 @@
 #include "ddp/metrics.h"         // defines: Progress (lines for batch logs)
 #include "ddp/options.h"         // defines: Options, parse_options
 #include "ddp/process_group.h"   // defines: ProcessGroup, any_rank
-#include "ddp/run_report.h"      // defines: print_settings
+#include "ddp/run_report.h"      // defines: print_settings, print_rank_table
 #include "ddp/snapshot.h"        // defines: save_snapshot, load_snapshot
 #include "ddp/stop_signal.h"     // defines: stop_requested (SIGTERM / SIGUSR1)
 #include "ddp/workload.h"        // defines: Workload (data, model, optimizer, loss)
@@ -135,6 +135,7 @@ int main(int argc, char** argv) {
     const int threads = ddp::choose_threads(opt.threads, launch.local_world_size);
     torch::set_num_threads(threads);
     ddp::print_settings(opt, launch, device, threads, launch.global_rank);
+    ddp::print_rank_table(/*pg=*/nullptr, launch, device);  // one row for now: where this rank runs
     Trainer trainer(opt, launch, device, /*pg=*/nullptr, threads);
     return trainer.train();
   });

@@ -8,6 +8,8 @@
 // localhost:12355, each trains on its own shard of the data, DistributedDataParallel averages the
 // gradients, and only global rank 0 writes the snapshot. The exercise (step1_multigpu_fork/) and
 // the solution (solutions/step1_multigpu_fork/) differ only inside those blocks.
+// A TODO block is the TODO comment and the code right below it, up to a blank line or the end
+// of the enclosing block.
 #include <torch/torch.h>
 
 #include <chrono>
@@ -24,7 +26,7 @@
 #include "ddp/metrics.h"         // defines: Progress (lines for batch logs)
 #include "ddp/options.h"         // defines: Options, parse_options
 #include "ddp/process_group.h"   // defines: ProcessGroup, any_rank
-#include "ddp/run_report.h"      // defines: print_settings
+#include "ddp/run_report.h"      // defines: print_settings, print_rank_table
 #include "ddp/snapshot.h"        // defines: save_snapshot, load_snapshot
 #include "ddp/spawn.h"           // defines: spawn (start one worker per rank)
 #include "ddp/stop_signal.h"     // defines: stop_requested (SIGTERM / SIGUSR1)
@@ -156,6 +158,7 @@ int worker(const ddp::Options& opt, int rank, int world_size) {
   std::shared_ptr<ddp::ProcessGroup> pg;  // for now: no process group
 
   ddp::print_settings(opt, launch, device, threads, launch.global_rank);
+  ddp::print_rank_table(pg.get(), launch, device);
   Trainer trainer(opt, launch, device, pg, threads);
   return trainer.train();
 }

@@ -8,6 +8,8 @@
 // (since step 0) lets a launcher that restarts failed workers (torchrun --max-restarts) resume.
 // The exercise (step2_env_launch/) and the solution (solutions/step2_env_launch/) differ only
 // inside those blocks.
+// A TODO block is the TODO comment and the code right below it, up to a blank line or the end
+// of the enclosing block.
 #include <torch/torch.h>
 
 #include <chrono>
@@ -24,12 +26,12 @@
 #include "ddp/metrics.h"         // defines: Progress (lines for batch logs)
 #include "ddp/options.h"         // defines: Options, parse_options
 #include "ddp/process_group.h"   // defines: ProcessGroup, any_rank
-#include "ddp/run_report.h"      // defines: print_settings
+#include "ddp/run_report.h"      // defines: print_settings, print_rank_table
 #include "ddp/snapshot.h"        // defines: save_snapshot, load_snapshot
-#include "ddp/stop_signal.h"     // defines: stop_requested (SIGTERM / SIGUSR1)
-#include "ddp/workload.h"        // defines: Workload (data, model, optimizer, loss)
 // TODO(step2): the launcher starts the processes: no spawn any more.
 #include "ddp/spawn.h"           // defines: spawn (start one worker per rank)
+#include "ddp/stop_signal.h"     // defines: stop_requested (SIGTERM / SIGUSR1)
+#include "ddp/workload.h"        // defines: Workload (data, model, optimizer, loss)
 
 class Trainer {
  public:
@@ -43,12 +45,12 @@ class Trainer {
         world_size_(launch.world_size),
         workload_(ddp::make_workload(opt)),
 
-        // give each rank its own shard of every epoch's shuffle (as DistributedSampler).
+        // each rank's own shard of every epoch's shuffle
         sampler_(workload_.train.size(), /*num_replicas=*/world_size_, /*rank=*/global_rank_, opt.seed),
 
         loader_(workload_.train, sampler_, opt.batch_size, device),
 
-        // wrap the model: rank 0's weights are broadcast, backward() averages gradients.
+        // DDP: rank 0's weights are broadcast, backward() averages the gradients
         model_(workload_.make_model(device), pg_, ddp::ddp_options(opt)),
 
         optimizer_(workload_.make_optimizer(plain_model())),
@@ -74,7 +76,7 @@ class Trainer {
   }
 
  private:
-  // the plain model inside the wrapper: snapshots hold its state, so they load without DDP.
+  // the plain model inside the wrapper: snapshots hold its state, so they load without DDP
   ddp::Model& plain_model() { return *model_.module(); }
 
   double run_batch(const ddp::Batch& batch) {
@@ -117,7 +119,7 @@ class Trainer {
   }
 
   void save(int64_t epochs_run, int64_t step_in_epoch) {
-    // every rank holds the same weights: only global rank 0 writes.
+    // every rank holds the same weights: only global rank 0 writes
     if (global_rank_ != 0) return;
 
     const ddp::TrainingState state{epochs_run, step_in_epoch, opt_.seed, world_size_};
@@ -135,7 +137,7 @@ class Trainer {
   ddp::DistributedSampler sampler_;
   ddp::Loader loader_;
 
-  // the model lives inside DistributedDataParallel.
+  // the model lives inside DistributedDataParallel
   ddp::DistributedDataParallel<ddp::Model> model_;
 
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
@@ -146,39 +148,39 @@ class Trainer {
 
 // One worker: join the others, then train.
 // TODO(step2): the launcher started this process and tells it who it is in the environment
-//   (torchrun: RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT; mpirun: OMPI_COMM_WORLD_*).
+//   (torchrun: RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT; mpirun: OMPI_COMM_WORLD_*;
+//   srun: SLURM_PROCID, SLURM_LOCALID, SLURM_NTASKS). The worker takes no rank any more.
 //   Hint: ddp::resolve_launch_env(ddp::current_environment(), ddp::launch_overrides(opt)).
 int worker(const ddp::Options& opt, int rank, int world_size) {
   ddp::install_stop_signal_handlers();
-  // this worker is `rank` of `world_size`, all on this node; rank 0 serves the
-  //   rendezvous at localhost:12355 (--master-port to change). Hint: ddp::LaunchOverrides.
+  // worker `rank` of `world_size`, all on this node; rank 0 serves the rendezvous
   ddp::LaunchOverrides here;
   here.global_rank = rank;
   here.world_size = world_size;
   here.master_addr = "localhost";
-  here.master_port = opt.master_port > 0 ? opt.master_port : 12355;
+  here.master_port = opt.master_port;  // 12355 unless --master-port
   const ddp::LaunchEnv launch = ddp::resolve_launch_env({}, here);
 
   const torch::Device device = ddp::choose_device(opt.device, launch.local_rank, launch.local_world_size);
   const int threads = ddp::choose_threads(opt.threads, launch.local_world_size);
   torch::set_num_threads(threads);
-  // join the process group (Gloo on CPU, NCCL on GPUs), after the device is chosen.
+  // the process group (Gloo on CPU, NCCL on GPUs), joined after the device is chosen
   auto pg = ddp::init_process_group(launch, device, ddp::process_group_options(opt));
 
   ddp::print_settings(opt, launch, device, threads, launch.global_rank);
+  ddp::print_rank_table(pg.get(), launch, device);
   Trainer trainer(opt, launch, device, pg, threads);
   return trainer.train();
 }
 
 int main(int argc, char** argv) {
-  // TODO(step2): no spawn: the launcher starts one process per device and waits for them all.
+  // TODO(step2): no spawn and no --nproc: the launcher starts one process per device and waits for
+  //   them all. Hint: parse_options without kSpawnOptions, then ddp::run_main(worker).
   const ddp::Options opt = ddp::parse_options(argc, argv, "Step 2: one process per device, started by a launcher",
                                               ddp::kTrainingOptions | ddp::kDistributedOptions | ddp::kSpawnOptions);
-  // One worker per visible GPU; without GPUs (or with --device cpu), --nproc workers on the CPU.
+  // one worker per visible GPU; without GPUs (or with --device cpu), --nproc workers on the CPU
   const int gpus = opt.device == "cpu" ? 0 : ddp::visible_gpus();
   const int world_size = gpus > 0 ? gpus : opt.nproc;
-  // start world_size workers, each running worker(opt, rank, world_size), and wait for
-  //   them all, like torch.multiprocessing.spawn. Hint: ddp::spawn(world_size, function of rank).
   return ddp::spawn(world_size, [&](int rank) {
     return ddp::run_main([&] { return worker(opt, rank, world_size); }, "[rank " + std::to_string(rank) + "]");
   });

@@ -6,9 +6,11 @@
 // Every task learns its global rank, its local rank on its node and the world size from Slurm
 // (SLURM_PROCID, SLURM_LOCALID, SLURM_NTASKS); rank 0 runs on the first node of the job's
 // nodelist, which is therefore the master address. New since step 2 (marked TODO(step3)): the
-// global and the local rank are both tracked and printed, and every rank's node is shown.
+// log lines name both ranks, and rank 0 says where it serves the rendezvous before anyone waits.
 // The exercise (step3_multinode_slurm/) and the solution (solutions/step3_multinode_slurm/)
 // differ only inside those blocks.
+// A TODO block is the TODO comment and the code right below it, up to a blank line or the end
+// of the enclosing block.
 #include <torch/torch.h>
 
 #include <chrono>
@@ -25,7 +27,7 @@
 #include "ddp/metrics.h"         // defines: Progress (lines for batch logs)
 #include "ddp/options.h"         // defines: Options, parse_options
 #include "ddp/process_group.h"   // defines: ProcessGroup, any_rank
-#include "ddp/run_report.h"      // defines: print_settings
+#include "ddp/run_report.h"      // defines: print_settings, print_rank_table
 #include "ddp/snapshot.h"        // defines: save_snapshot, load_snapshot
 #include "ddp/stop_signal.h"     // defines: stop_requested (SIGTERM / SIGUSR1)
 #include "ddp/workload.h"        // defines: Workload (data, model, optimizer, loss)
@@ -42,12 +44,12 @@ class Trainer {
         world_size_(launch.world_size),
         workload_(ddp::make_workload(opt)),
 
-        // give each rank its own shard of every epoch's shuffle (as DistributedSampler).
+        // each rank's own shard of every epoch's shuffle
         sampler_(workload_.train.size(), /*num_replicas=*/world_size_, /*rank=*/global_rank_, opt.seed),
 
         loader_(workload_.train, sampler_, opt.batch_size, device),
 
-        // wrap the model: rank 0's weights are broadcast, backward() averages gradients.
+        // DDP: rank 0's weights are broadcast, backward() averages the gradients
         model_(workload_.make_model(device), pg_, ddp::ddp_options(opt)),
 
         optimizer_(workload_.make_optimizer(plain_model())),
@@ -76,7 +78,7 @@ class Trainer {
   }
 
  private:
-  // the plain model inside the wrapper: snapshots hold its state, so they load without DDP.
+  // the plain model inside the wrapper: snapshots hold its state, so they load without DDP
   ddp::Model& plain_model() { return *model_.module(); }
 
   double run_batch(const ddp::Batch& batch) {
@@ -119,7 +121,7 @@ class Trainer {
   }
 
   void save(int64_t epochs_run, int64_t step_in_epoch) {
-    // every rank holds the same weights: only global rank 0 writes.
+    // every rank holds the same weights: only global rank 0 writes
     if (global_rank_ != 0) return;
 
     const ddp::TrainingState state{epochs_run, step_in_epoch, opt_.seed, world_size_};
@@ -137,7 +139,7 @@ class Trainer {
   ddp::DistributedSampler sampler_;
   ddp::Loader loader_;
 
-  // the model lives inside DistributedDataParallel.
+  // the model lives inside DistributedDataParallel
   ddp::DistributedDataParallel<ddp::Model> model_;
 
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
@@ -146,25 +148,30 @@ class Trainer {
   int64_t epochs_run_ = 0, first_step_ = 0;
 };
 
-// One worker: join the others, then train.
-// the launcher started this process and tells it who it is in the environment
-//   (torchrun: RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT; mpirun: OMPI_COMM_WORLD_*).
-//   Hint: ddp::resolve_launch_env(ddp::current_environment(), ddp::launch_overrides(opt)).
+// One worker: join the others, then train. The launcher says who it is in the environment
+// (srun: SLURM_PROCID, SLURM_LOCALID, SLURM_NTASKS; torchrun: RANK, LOCAL_RANK, WORLD_SIZE;
+// mpirun: OMPI_COMM_WORLD_*).
 int worker(const ddp::Options& opt) {
   ddp::install_stop_signal_handlers();
   const ddp::LaunchEnv launch = ddp::resolve_launch_env(ddp::current_environment(), ddp::launch_overrides(opt));
 
+  // TODO(step3): every rank meets rank 0 at the master address: under srun the first node of the
+  //   job's nodelist (SLURM_JOB_NODELIST), where Slurm starts rank 0. Rank 0 says where it runs and
+  //   what the others will reach before anyone waits, so a start-up hang names the host.
+  //   Hint: ddp::host_name(), ddp::describe(launch).
+  if (launch.global_rank == 0) {
+    std::printf("rank 0 on %s serves the rendezvous (%s)\n", ddp::host_name().c_str(), ddp::describe(launch).c_str());
+    std::fflush(stdout);
+  }
+
   const torch::Device device = ddp::choose_device(opt.device, launch.local_rank, launch.local_world_size);
   const int threads = ddp::choose_threads(opt.threads, launch.local_world_size);
   torch::set_num_threads(threads);
-  // join the process group (Gloo on CPU, NCCL on GPUs), after the device is chosen.
+  // the process group (Gloo on CPU, NCCL on GPUs), joined after the device is chosen
   auto pg = ddp::init_process_group(launch, device, ddp::process_group_options(opt));
 
   ddp::print_settings(opt, launch, device, threads, launch.global_rank);
-  // TODO(step3): show where every rank runs (host, local rank, device), in rank order, so a wrong
-  //   GPU binding or a missing node is visible at a glance. Hint: ddp::print_rank_table.
   ddp::print_rank_table(pg.get(), launch, device);
-
   Trainer trainer(opt, launch, device, pg, threads);
   return trainer.train();
 }

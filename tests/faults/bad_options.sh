@@ -20,7 +20,10 @@ check() {  # check PROGRAM REGEX ARGS...
 }
 
 check "$STEP0" 'total_epochs.*0'                 0 1
-check "$STEP0" 'total_epochs.*abc'               abc 1
+check "$STEP0" "total_epochs: 'abc' is not a whole number.*give total_epochs a whole number" abc 1
+check "$STEP0" "total_epochs: '5.5' is not a whole number" 5.5 1
+check "$STEP0" "--batch-size: 'x' is not a whole number" 5 1 --batch-size x
+check "$STEP0" "--lr: 'fast' is not a number"     5 1 --lr fast
 check "$STEP0" 'save_every is required'          5
 check "$STEP0" 'save_every.*0'                   5 0
 check "$STEP0" 'not expected: --bogus'           5 1 --bogus
@@ -36,7 +39,10 @@ check "$STEP0" '--log-every.*-1'              5 1 --log-every -1
 check "$STEP0" "--snapshot '/nonexistent/x.pt'.*mkdir -p /nonexistent" 5 1 --snapshot /nonexistent/x.pt
 check "$STEP0" "--metrics '/nonexistent/m.csv'.*mkdir -p /nonexistent" 5 1 --metrics /nonexistent/m.csv
 check "$STEP0" "--snapshot '/tmp' is a folder" 5 1 --snapshot /tmp
+check "$STEP0" "--snapshot '/proc/s.pt': cannot create a file in folder '/proc'" 5 1 --snapshot /proc/s.pt
+check "$STEP0" "--metrics '/proc/m.csv': cannot create a file in folder '/proc'" 5 1 --metrics /proc/m.csv
 check "$STEP1" '--nproc.*0'                   5 1 --nproc 0
+check "$STEP1" 'not expected:.*--master-addr' 5 1 --master-addr n1   # its workers meet on this node
 check "$STEP2" '--master-port.*70000'         5 1 --master-port 70000
 check "$STEP2" '--rendezvous-timeout.*0'      5 1 --rendezvous-timeout 0
 check "$STEP2" '--collective-timeout.*-1'     5 1 --collective-timeout -1

@@ -1,0 +1,219 @@
+// The command line every step shares (ddp/options.h): the upstream positional form, defaults, the
+// dataset-dependent batch size, ranges and non-numbers, --device forms, the per-step distributed
+// options, and the start-up check that the snapshot and metrics files can be written.
+// A bad value exits 2 with one line naming the option and the fix: death tests check that line.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "ddp/files.h"
+#include "ddp/options.h"
+
+namespace {
+
+using ::testing::ExitedWithCode;
+
+ddp::Options parse(std::vector<std::string> args, unsigned groups = ddp::kTrainingOptions) {
+  args.insert(args.begin(), "prog");
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  return ddp::parse_options(static_cast<int>(argv.size()), argv.data(), "options test", groups);
+}
+
+// Each test runs in a fresh empty folder (the default snapshot path is ./snapshot.pt), and checks
+// at the end that parsing left nothing behind there.
+class OptionsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmp[] = "/tmp/ddpw-options-XXXXXX";
+    ASSERT_NE(::mkdtemp(tmp), nullptr);
+    dir_ = tmp;
+    ASSERT_NE(::getcwd(old_cwd_, sizeof old_cwd_), nullptr);
+    ASSERT_EQ(::chdir(dir_.c_str()), 0);
+  }
+  void TearDown() override {
+    EXPECT_EQ(::chdir(old_cwd_), 0);
+    EXPECT_EQ(::rmdir(dir_.c_str()), 0) << "parse_options left a file in " << dir_;
+    if (::testing::Test::HasFailure()) ddp::remove_tree(dir_);
+  }
+  std::string dir_;
+  char old_cwd_[4096] = {0};
+};
+
+TEST_F(OptionsTest, PositionalEpochsAndSaveEvery) {
+  const auto o = parse({"50", "10"});
+  EXPECT_EQ(o.total_epochs, 50);
+  EXPECT_EQ(o.save_every, 10);
+}
+
+TEST_F(OptionsTest, Defaults) {
+  const auto o = parse({"5", "1"});
+  EXPECT_EQ(o.batch_size, 32);
+  EXPECT_EQ(o.device, "auto");
+  EXPECT_EQ(o.dataset, "synthetic");
+  EXPECT_EQ(o.lr, 0.0);  // the workload's own default
+  EXPECT_EQ(o.test_batch_size, 1000);
+  EXPECT_EQ(o.seed, 0u);
+  EXPECT_EQ(o.threads, 0);
+  EXPECT_EQ(o.snapshot_path, "snapshot.pt");
+  EXPECT_FALSE(o.fresh);
+  EXPECT_TRUE(o.metrics_path.empty());
+  EXPECT_EQ(o.master_port, 0);  // not a spawning program: from the launcher
+}
+
+TEST_F(OptionsTest, TheCnnDefaultsToTheSeedsBatchOf64) {
+  EXPECT_EQ(parse({"5", "1", "--dataset", "synthetic"}).batch_size, 32);
+  EXPECT_EQ(parse({"5", "1", "--dataset", "mnist"}).batch_size, 64);
+  EXPECT_EQ(parse({"5", "1", "--dataset", "fashion-mnist"}).batch_size, ddp::kCnnBatchSize);
+}
+
+TEST_F(OptionsTest, AnExplicitBatchSizeWins) {
+  EXPECT_EQ(parse({"5", "1", "--dataset", "mnist", "--batch-size", "32"}).batch_size, 32);
+  EXPECT_EQ(parse({"5", "1", "--batch-size", "64", "--dataset", "fashion-mnist"}).batch_size, 64);
+  EXPECT_EQ(parse({"5", "1", "--dataset", "mnist", "--batch_size", "7"}).batch_size, 7);  // the alias
+  EXPECT_EQ(parse({"5", "1", "--batch-size", "64"}).batch_size, 64);
+}
+
+TEST_F(OptionsTest, ValuesAtTheEdgesOfTheirRanges) {
+  const auto o = parse({"1", "1000000", "--batch-size", "1048576", "--threads", "1024", "--gamma", "1", "--lr",
+                        "0", "--seed", "18446744073709551615"});
+  EXPECT_EQ(o.total_epochs, 1);
+  EXPECT_EQ(o.save_every, 1000000);
+  EXPECT_EQ(o.batch_size, 1 << 20);
+  EXPECT_EQ(o.threads, 1024);
+  EXPECT_EQ(o.gamma, 1.0);
+  EXPECT_EQ(o.seed, 18446744073709551615ull);
+}
+
+TEST_F(OptionsTest, OutOfRangeNamesTheOptionAndTheRange) {
+  EXPECT_EXIT(parse({"0", "1"}), ExitedWithCode(2),
+              "prog: error: total_epochs: 0 is out of range \\(fix: give total_epochs a whole number from 1 to 1000000\\)");
+  EXPECT_EXIT(parse({"5", "1000001"}), ExitedWithCode(2), "save_every: 1000001 is out of range");
+  EXPECT_EXIT(parse({"5", "1", "--batch-size", "0"}), ExitedWithCode(2),
+              "--batch-size: 0 is out of range \\(fix: give --batch-size a whole number from 1 to 1048576\\)");
+  EXPECT_EXIT(parse({"5", "1", "--batch-size", "99999999999"}), ExitedWithCode(2), "--batch-size: 99999999999 is out");
+  EXPECT_EXIT(parse({"5", "1", "--threads", "-1"}), ExitedWithCode(2), "--threads: -1 is out of range");
+  EXPECT_EXIT(parse({"5", "1", "--seed", "-3"}), ExitedWithCode(2),
+              "--seed: -3 is out of range \\(fix: give --seed a whole number of 0 or more\\)");
+  EXPECT_EXIT(parse({"5", "1", "--gamma", "2"}), ExitedWithCode(2),
+              "--gamma: 2 is out of range \\(fix: give --gamma a number from 0 to 1\\)");
+}
+
+TEST_F(OptionsTest, ANonNumberSaysAWholeNumberIsExpected) {
+  EXPECT_EXIT(parse({"abc", "10"}), ExitedWithCode(2),
+              "total_epochs: 'abc' is not a whole number \\(fix: give total_epochs a whole number from 1 to 1000000\\)");
+  EXPECT_EXIT(parse({"5.5", "10"}), ExitedWithCode(2), "total_epochs: '5.5' is not a whole number");
+  EXPECT_EXIT(parse({"5", "1e3"}), ExitedWithCode(2), "save_every: '1e3' is not a whole number");
+  EXPECT_EXIT(parse({"5", "1", "--batch-size", "x"}), ExitedWithCode(2), "--batch-size: 'x' is not a whole number");
+  EXPECT_EXIT(parse({"5", "1", "--seed", "abc"}), ExitedWithCode(2), "--seed: 'abc' is not a whole number");
+  EXPECT_EXIT(parse({"5", "1", "--lr", "fast"}), ExitedWithCode(2),
+              "--lr: 'fast' is not a number \\(fix: give --lr a number from 0 to 1000000\\)");
+}
+
+TEST_F(OptionsTest, RealNumbersInTheirUsualForms) {
+  EXPECT_EQ(parse({"5", "1", "--lr", "0.5"}).lr, 0.5);
+  EXPECT_EQ(parse({"5", "1", "--lr", "1e-3"}).lr, 1e-3);
+  EXPECT_EQ(parse({"5", "1", "--lr", ".25"}).lr, 0.25);
+  EXPECT_EQ(parse({"5", "1", "--lr", "2"}).lr, 2.0);
+}
+
+TEST_F(OptionsTest, DeviceForms) {
+  for (const char* device : {"auto", "cpu", "cuda", "cuda:0", "cuda:12"})
+    EXPECT_EQ(parse({"5", "1", "--device", device}).device, device);
+  for (const char* device : {"gpu", "CPU", "cuda:", "cuda:x", "cuda:-1", "cuda0"})
+    EXPECT_EXIT(parse({"5", "1", "--device", device}), ExitedWithCode(2),
+                std::string("--device '") + device + "' is not a device \\(fix: use auto, cpu, cuda or cuda:N\\)")
+        << device;
+}
+
+TEST_F(OptionsTest, UnknownDatasetAndMissingSaveEvery) {
+  EXPECT_EXIT(parse({"5", "1", "--dataset", "cifar"}), ExitedWithCode(2), "--dataset: cifar not in \\{synthetic");
+  EXPECT_EXIT(parse({"5"}), ExitedWithCode(2), "save_every is required");
+}
+
+TEST_F(OptionsTest, ASpawningProgramMeetsOnThisNodeAtPort12355) {
+  const unsigned step1 = ddp::kTrainingOptions | ddp::kDistributedOptions | ddp::kSpawnOptions;
+  const unsigned step2 = ddp::kTrainingOptions | ddp::kDistributedOptions;
+  EXPECT_EQ(parse({"5", "1"}, step1).master_port, ddp::kSpawnMasterPort);
+  EXPECT_EQ(parse({"5", "1", "--master-port", "29511"}, step1).master_port, 29511);
+  EXPECT_EQ(parse({"5", "1"}, step1).nproc, 2);
+  EXPECT_EQ(parse({"5", "1"}, step2).master_port, 0);
+  EXPECT_EQ(parse({"5", "1", "--master-addr", "n1"}, step2).master_addr, "n1");
+  // Its workers always meet at localhost: it offers no master address and no file rendezvous.
+  EXPECT_EXIT(parse({"5", "1", "--master-addr", "n1"}, step1), ExitedWithCode(2), "not expected:.*--master-addr");
+  EXPECT_EXIT(parse({"5", "1", "--init-method", "file:///tmp/x"}, step1), ExitedWithCode(2),
+              "not expected:.*--init-method");
+  EXPECT_EXIT(parse({"5", "1", "--master-port", "0"}, step1), ExitedWithCode(2), "--master-port: 0 is out of range");
+  EXPECT_EXIT(parse({"5", "1", "--nproc", "0"}, step1), ExitedWithCode(2), "--nproc: 0 is out of range");
+}
+
+// --help goes to stdout; the death tests read stderr, so the help is sent there.
+void help_to_stderr(unsigned groups) {
+  ::dup2(2, 1);
+  parse({"--help"}, groups);
+}
+
+TEST_F(OptionsTest, HelpStatesEachStepsDefaults) {
+  const unsigned step1 = ddp::kTrainingOptions | ddp::kDistributedOptions | ddp::kSpawnOptions;
+  const unsigned step2 = ddp::kTrainingOptions | ddp::kDistributedOptions;
+  EXPECT_EXIT(help_to_stderr(step1), ExitedWithCode(0), "--master-port INT:INT in \\[1 - 65535\\]=12355");
+  EXPECT_EXIT(help_to_stderr(step1), ExitedWithCode(0), "Rendezvous port on this node");
+  EXPECT_EXIT(help_to_stderr(step2), ExitedWithCode(0), "Rendezvous port \\(default: from the launcher\\)");
+  EXPECT_EXIT(help_to_stderr(step2), ExitedWithCode(0),
+              "Samples per step on each rank \\(default: 32 synthetic, 64 mnist/fashion-mnist\\)");
+}
+
+TEST_F(OptionsTest, UnwritableSnapshotOrMetricsStopsBeforeTraining) {
+  // /proc accepts access(W_OK) for root, but nothing can be created there.
+  EXPECT_EXIT(parse({"5", "1", "--snapshot", "/proc/s.pt"}), ExitedWithCode(2),
+              "--snapshot '/proc/s.pt': cannot create a file in folder '/proc' .*\\(fix: choose a path in a folder "
+              "you can write with --snapshot\\)");
+  EXPECT_EXIT(parse({"5", "1", "--metrics", "/proc/m.csv"}), ExitedWithCode(2),
+              "--metrics '/proc/m.csv': cannot create a file in folder '/proc'");
+  EXPECT_EXIT(parse({"5", "1", "--snapshot", "no-such-folder/s.pt"}), ExitedWithCode(2),
+              "folder 'no-such-folder' does not exist \\(fix: create it \\(mkdir -p no-such-folder\\)");
+  EXPECT_EXIT(parse({"5", "1", "--snapshot", "/tmp"}), ExitedWithCode(2), "--snapshot '/tmp' is a folder, not a file");
+}
+
+TEST_F(OptionsTest, TheWritabilityProbeLeavesFilesAsTheyWere) {
+  {
+    std::ofstream("m.csv") << "epoch\n0\n";
+  }
+  const auto o = parse({"5", "1", "--snapshot", "sub.pt", "--metrics", "m.csv"});
+  EXPECT_EQ(o.metrics_path, "m.csv");
+  EXPECT_FALSE(ddp::path_exists("sub.pt")) << "the probe must not create the snapshot";
+  std::stringstream kept;
+  kept << std::ifstream("m.csv").rdbuf();
+  EXPECT_EQ(kept.str(), "epoch\n0\n") << "an existing metrics file must not be truncated";
+  EXPECT_EQ(::unlink("m.csv"), 0);
+}
+
+// Parses as an ordinary user: root may write any file, so a read-only one would not stop it.
+void parse_as_nobody(const std::vector<std::string>& args) {
+  if (::geteuid() == 0 && (::setgid(65534) != 0 || ::setuid(65534) != 0)) std::exit(99);
+  parse(args);
+}
+
+TEST_F(OptionsTest, AnExistingMetricsFileThatCannotBeWrittenIsRefused) {
+  ASSERT_EQ(::mkdir("m.csv", 0700), 0);  // a folder in place of the file
+  EXPECT_EXIT(parse({"5", "1", "--metrics", "m.csv"}), ExitedWithCode(2), "--metrics 'm.csv' is a folder");
+  EXPECT_EQ(::rmdir("m.csv"), 0);
+
+  {
+    std::ofstream("ro.csv") << "x\n";
+  }
+  ASSERT_EQ(::chmod("ro.csv", 0444), 0);
+  ASSERT_EQ(::chmod(".", 0777), 0);  // the folder stays writable for that user: only the file is not
+  EXPECT_EXIT(parse_as_nobody({"5", "1", "--snapshot", "s.pt", "--metrics", "ro.csv"}), ExitedWithCode(2),
+              "--metrics 'ro.csv' cannot be written .*\\(fix: make it writable \\(chmod u\\+w ro.csv\\)");
+  EXPECT_EQ(::unlink("ro.csv"), 0);
+}
+
+}  // namespace
