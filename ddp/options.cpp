@@ -170,6 +170,17 @@ Options parse_options(int argc, char** argv, const std::string& description, uns
   if ((groups & kDistributedOptions) && !o.init_method.empty() && o.init_method.rfind("file://", 0) != 0)
     usage_error(program, "--init-method '" + o.init_method + "' is not supported",
                 "use file:///path/on/a/shared/filesystem, or leave it out for a TCP rendezvous");
+  // --fresh starts this run over, not every restart of it: torchrun --max-restarts and a Slurm
+  // requeue run the same command line again, and that attempt must resume from the snapshot.
+  for (const char* restarts : {"TORCHELASTIC_RESTART_COUNT", "SLURM_RESTART_COUNT"}) {
+    const char* n = std::getenv(restarts);
+    if (o.fresh && n && std::atoi(n) > 0) {
+      std::fprintf(stderr, "%s: note: --fresh ignored: this is restart %s of the job (%s), which resumes
+",
+                   program.c_str(), n, restarts);
+      o.fresh = false;
+    }
+  }
   if (groups & kTrainingOptions) {
     // The CNN trains with the seed's batch of 64, unless --batch-size says otherwise.
     if (batch_size->count() == 0 && o.dataset != "synthetic") o.batch_size = kCnnBatchSize;

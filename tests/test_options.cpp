@@ -53,6 +53,19 @@ TEST_F(OptionsTest, PositionalEpochsAndSaveEvery) {
   EXPECT_EQ(o.save_every, 10);
 }
 
+// A restart (torchrun --max-restarts, a Slurm requeue) runs the same command line: --fresh must
+// not throw away the progress the restart exists to keep.
+TEST_F(OptionsTest, FreshCountsOnlyOnTheFirstAttempt) {
+  EXPECT_TRUE(parse({"5", "1", "--fresh"}).fresh);
+  for (const char* restarts : {"TORCHELASTIC_RESTART_COUNT", "SLURM_RESTART_COUNT"}) {
+    ::setenv(restarts, "0", 1);
+    EXPECT_TRUE(parse({"5", "1", "--fresh"}).fresh) << restarts << "=0";
+    ::setenv(restarts, "1", 1);
+    EXPECT_FALSE(parse({"5", "1", "--fresh"}).fresh) << restarts << "=1";
+    ::unsetenv(restarts);
+  }
+}
+
 TEST_F(OptionsTest, Defaults) {
   const auto o = parse({"5", "1"});
   EXPECT_EQ(o.batch_size, 32);
