@@ -21,7 +21,8 @@ namespace {
 // POSIX calls rather than std::filesystem: this test may be linked with LibTorch, whose wheels
 // export an older copy of parts of std::filesystem (pytorch/pytorch#133437).
 const char* const kHeader =
-    "epoch,world_size,ranks_per_node,threads,train_loss,test_loss,test_accuracy,samples_per_s,epoch_seconds";
+    "epoch,world_size,ranks_per_node,threads,train_loss,test_loss,test_accuracy,samples_per_s,epoch_seconds,"
+    "data_seconds";
 
 std::vector<std::string> read_lines(const std::string& path) {
   std::ifstream in(path);
@@ -47,6 +48,7 @@ ddp::EpochMetrics row(int64_t epoch) {
   m.test_accuracy = 0.875;
   m.samples_per_s = 1234.5;
   m.epoch_seconds = 12.5;
+  m.data_seconds = 0.25;
   return m;
 }
 
@@ -60,7 +62,7 @@ TEST(MetricsWriter, HeaderOnceAndOneRowPerEpochAcrossAppends) {
     const auto lines = read_lines(path);
     ASSERT_EQ(lines.size(), 2u);
     EXPECT_EQ(lines[0], kHeader);
-    EXPECT_EQ(lines[1], "0,4,2,3,0.5,0.25,0.875,1234.5,12.5");
+    EXPECT_EQ(lines[1], "0,4,2,3,0.5,0.25,0.875,1234.5,12.5,0.25");
   }
   {
     ddp::MetricsWriter resumed(path, /*append=*/true);  // a resumed run adds rows, no second header
