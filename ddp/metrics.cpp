@@ -29,6 +29,14 @@ MetricsWriter::MetricsWriter(const std::string& path, bool append) {
   if (fd < 0)
     throw Error("cannot write the metrics file " + path + ": " + std::strerror(errno),
                 "choose a writable path with --metrics");
+  // open()'s mode applies only to a new file: an existing one (a resumed run appends) keeps its
+  // old mode, which may let others read it.
+  if (::fchmod(fd, 0600) != 0) {
+    const int error = errno;
+    ::close(fd);
+    throw Error("cannot make the metrics file " + path + " readable by its user only: " + std::strerror(error),
+                "remove the file (it belongs to someone else?) or choose another path with --metrics");
+  }
   struct stat info {};
   const bool empty = ::fstat(fd, &info) == 0 && info.st_size == 0;
   file_ = ::fdopen(fd, append ? "a" : "w");

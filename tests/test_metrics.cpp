@@ -109,6 +109,27 @@ TEST(MetricsWriter, FileIsReadableByTheUserOnly) {
   std::remove(path.c_str());
 }
 
+TEST(MetricsWriter, AnExistingFileBecomesUserOnlyToo) {
+  // A resumed run appends to the file an earlier run (or a copy, or another tool) left behind.
+  const auto path = temp_path("mode-existing.csv");
+  std::remove(path.c_str());
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::fchmod(fd, 0644), 0);
+  ::close(fd);
+  for (const bool append : {true, false}) {
+    ASSERT_EQ(::chmod(path.c_str(), 0644), 0);
+    {
+      ddp::MetricsWriter writer(path, append);
+      writer.write(row(0));
+    }
+    struct stat info {};
+    ASSERT_EQ(::stat(path.c_str(), &info), 0);
+    EXPECT_EQ(info.st_mode & 0777, 0600u) << (append ? "append" : "truncate");
+  }
+  std::remove(path.c_str());
+}
+
 TEST(MetricsWriter, DefaultWriterWritesNothing) {
   ddp::MetricsWriter writer;
   writer.write(row(0));  // no file, no crash
