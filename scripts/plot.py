@@ -57,9 +57,9 @@ def summary(rows):
     text = (f"{int(first['world_size'])} rank(s) x {int(first['threads'])} thread(s): "
             f"{steady_throughput(rows):.0f} samples/s, epoch {steady(rows, 'epoch_seconds'):.1f} s")
     if all("data_seconds" in r for r in rows):
-        share = [100 * r["data_seconds"] / r["epoch_seconds"] for r in rows if r["epoch_seconds"] > 0]
-        if share:
-            text += f", data {statistics.median(share):.1f} %"
+        shares = [{"share": 100 * r["data_seconds"] / r["epoch_seconds"]} for r in rows if r["epoch_seconds"] > 0]
+        if shares:
+            text += f", data {steady(shares, 'share'):.1f} %"
     text += f", {len(rows)} epoch(s), final train loss {last['train_loss']:.4g}"
     if last["test_accuracy"] > 0:
         text += f", test accuracy {100 * last['test_accuracy']:.2f} %"
