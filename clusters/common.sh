@@ -23,7 +23,8 @@ ddpw_die() { echo "ddpw: error: $*" >&2; exit 2; }
 
 ddpw_setup() {
   local site=${1:?ddpw_setup SITE}
-  [ -n "${SLURM_JOB_ID:-}" ] || ddpw_die "not inside a Slurm job: submit with sbatch clusters/$site/<script>.sbatch"
+  # Run by hand (bash clusters/<site>/x.sbatch): $0 is the script itself; under sbatch, a copy.
+  [ -n "${SLURM_JOB_ID:-}" ] || ddpw_die "not inside a Slurm job: submit it from the project folder with sbatch clusters/$site/${0##*/}"
   DDPW_SITE=$site
   DDPW_BIN=${DDPW_BIN:-$DDPW_ROOT/build/bin}
   DDPW_PROGRAMS=${DDPW_PROGRAMS:-$DDPW_BIN/solutions}

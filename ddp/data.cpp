@@ -1,5 +1,7 @@
 #include "ddp/data.h"
 
+#include <chrono>
+
 #include "ddp/error.h"
 
 namespace ddp {
@@ -57,11 +59,21 @@ Loader::Loader(const Dataset& data, const DistributedSampler& sampler, int64_t b
 int64_t Loader::steps() const { return (sampler_.num_samples() + batch_size_ - 1) / batch_size_; }
 
 Batch Loader::batch(int64_t step) const {
+  const auto begin = std::chrono::steady_clock::now();
   const int64_t start = step * batch_size_;
   const int64_t n = std::min(batch_size_, sampler_.num_samples() - start);
   Batch b = data_.gather(sampler_.indices().narrow(0, start, n));
-  if (device_.is_cpu()) return b;
-  return {b.input.to(device_, /*non_blocking=*/true), b.target.to(device_, /*non_blocking=*/true)};
+  // On a GPU this counts issuing the copy; from pageable memory CUDA stages it before returning.
+  if (!device_.is_cpu())
+    b = {b.input.to(device_, /*non_blocking=*/true), b.target.to(device_, /*non_blocking=*/true)};
+  load_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+  return b;
+}
+
+double Loader::take_load_seconds() {
+  const double seconds = load_seconds_;
+  load_seconds_ = 0;
+  return seconds;
 }
 
 }  // namespace ddp

@@ -59,12 +59,16 @@ class Loader {
   int64_t steps() const;               // batches per epoch on this rank (the last may be short)
   Batch batch(int64_t step) const;     // on the device
   int64_t batch_size() const { return batch_size_; }
+  // Seconds spent in batch() (gather, convert, copy to the device) since the last call; restarts
+  // the count. The epoch report shows it, so a data-bound run is visible.
+  double take_load_seconds();
 
  private:
   const Dataset& data_;
   const DistributedSampler& sampler_;
   int64_t batch_size_;
   torch::Device device_;
+  mutable double load_seconds_ = 0;  // bookkeeping only: batch() stays const (steps are addressable)
 };
 
 }  // namespace ddp

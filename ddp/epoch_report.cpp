@@ -20,16 +20,24 @@ EpochReporter::EpochReporter(const Options& options, const Workload& workload, t
 }
 
 void EpochReporter::end_epoch(int64_t epoch, double loss_sum, int64_t batches, int64_t samples, double seconds,
-                              Model& model) {
-  // Sum over ranks: mean batch loss of all ranks, and the samples all ranks trained on.
-  auto totals = torch::tensor({loss_sum, static_cast<double>(batches), static_cast<double>(samples), seconds},
-                              torch::kFloat64)
-                    .to(device_);
-  if (pg_) pg_->allreduce_sum(totals, "end-of-epoch loss sum");
+                              double data_seconds, Model& model) {
+  // One sum over ranks carries everything: the loss, batch and sample totals, and each rank's
+  // times in a slot of its own (zero elsewhere), so the sum holds every rank's and the maximum is
+  // the slowest rank's. Rank 0 alone would understate an epoch that waited for a slower peer.
+  const int64_t n = world_size_;
+  auto totals = torch::zeros({3 + 2 * n}, torch::kFloat64);
+  totals[0] = loss_sum;
+  totals[1] = static_cast<double>(batches);
+  totals[2] = static_cast<double>(samples);
+  totals[3 + global_rank_] = seconds;
+  totals[3 + n + global_rank_] = data_seconds;
+  totals = totals.to(device_);
+  if (pg_) pg_->allreduce_sum(totals, "end-of-epoch loss sum and times");
   totals = totals.cpu();
   const double train_loss = totals[0].item<double>() / std::max(1.0, totals[1].item<double>());
   const double all_samples = totals[2].item<double>();
-  const double slowest = seconds;  // the epoch's wall time on this rank (ranks move in lockstep)
+  const double slowest = totals.narrow(0, 3, n).max().item<double>();
+  const double slowest_data = totals.narrow(0, 3 + n, n).max().item<double>();
   const EvalResult eval = evaluate(model, workload_, options_.test_batch_size, device_, pg_, global_rank_, world_size_);
   if (global_rank_ != 0) return;
 
@@ -43,16 +51,21 @@ void EpochReporter::end_epoch(int64_t epoch, double loss_sum, int64_t batches, i
   m.test_accuracy = eval.accuracy;
   m.epoch_seconds = slowest;
   m.samples_per_s = slowest > 0 ? all_samples / slowest : 0;
+  m.data_seconds = slowest_data;
+  const double data_percent = slowest > 0 ? 100.0 * slowest_data / slowest : 0;
   // Opened at the first row: a run that fails before its first epoch leaves no file behind.
   if (!metrics_ && !options_.metrics_path.empty())
     metrics_ = std::make_unique<MetricsWriter>(options_.metrics_path, /*append=*/!options_.fresh);
   if (metrics_) metrics_->write(m);
+  // "data": the share of the epoch the slowest loader spent producing batches.
   if (workload_.classification)
-    std::printf("Epoch %lld | train loss %.4f | test loss %.4f | test accuracy %.2f%% | %.0f samples/s | %.2f s\n",
-                static_cast<long long>(epoch), train_loss, eval.loss, 100.0 * eval.accuracy, m.samples_per_s, slowest);
+    std::printf("Epoch %lld | train loss %.4f | test loss %.4f | test accuracy %.2f%% | %.0f samples/s | %.2f s"
+                " | data %.1f %%\n",
+                static_cast<long long>(epoch), train_loss, eval.loss, 100.0 * eval.accuracy, m.samples_per_s, slowest,
+                data_percent);
   else
-    std::printf("Epoch %lld | train loss %.6f | test loss %.6f | %.0f samples/s | %.2f s\n",
-                static_cast<long long>(epoch), train_loss, eval.loss, m.samples_per_s, slowest);
+    std::printf("Epoch %lld | train loss %.6f | test loss %.6f | %.0f samples/s | %.2f s | data %.1f %%\n",
+                static_cast<long long>(epoch), train_loss, eval.loss, m.samples_per_s, slowest, data_percent);
   std::fflush(stdout);
 }
 

@@ -1,5 +1,6 @@
-// defines: EpochReporter — the end of every epoch: the ranks' training loss summed, the test set
-//          evaluated over all ranks' shards, one line printed by rank 0 and one metrics row written.
+// defines: EpochReporter — the end of every epoch: the ranks' training loss summed, the slowest
+//          rank's time (and its data-loading time), the test set evaluated over all ranks' shards,
+//          one line printed by rank 0 and one metrics row written.
 #pragma once
 
 #include <torch/torch.h>
@@ -20,8 +21,11 @@ class EpochReporter {
   EpochReporter(const Options& options, const Workload& workload, torch::Device device, ProcessGroup* pg,
                 int global_rank, int world_size, int local_world_size, int threads);
 
-  // loss_sum: sum of this rank's batch losses; samples: samples this rank trained on.
-  void end_epoch(int64_t epoch, double loss_sum, int64_t batches, int64_t samples, double seconds, Model& model);
+  // loss_sum: sum of this rank's batch losses; samples: samples this rank trained on; seconds:
+  // this rank's epoch time; data_seconds: its share of that spent producing batches
+  // (Loader::take_load_seconds). Times are reported for the slowest rank, which sets the pace.
+  void end_epoch(int64_t epoch, double loss_sum, int64_t batches, int64_t samples, double seconds,
+                 double data_seconds, Model& model);
 
   // Every rank prints a checksum of its final weights (equal on all ranks when DDP kept them in
   // sync) and the ranks compare theirs with rank 0's: a mismatch is an error.

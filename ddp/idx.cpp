@@ -23,11 +23,14 @@ constexpr uint32_t kLabelsMagic = 2049;  // 0x00000801: unsigned bytes, 1 dimens
 constexpr int64_t kSide = 28;
 constexpr int64_t kClasses = 10;
 
+// Compute nodes have no internet, so the hint says where the files come from, not just where they go.
 const char* const kWhereToGetIt =
     "Fashion-MNIST: `apt-get install dataset-fashion-mnist` installs it in "
     "/usr/share/datasets/fashion-mnist; MNIST: put train-images-idx3-ubyte, train-labels-idx1-ubyte, "
     "t10k-images-idx3-ubyte and t10k-labels-idx1-ubyte (each may be .gz) in the folder given by "
-    "--data-dir. Compute nodes have no internet: nothing is downloaded at run time";
+    "--data-dir. Nothing is downloaded at run time and compute nodes have no internet: fetch them once on a "
+    "login node, e.g. python3 -c \"from torchvision.datasets import MNIST; MNIST('data', download=True)\", "
+    "then use --data-dir data/MNIST/raw or copy its four files where --data-dir points";
 
 // POSIX stat, not std::filesystem: the torch wheels export their own, older copy of
 // std::filesystem (pytorch/pytorch#133437), and parts of it crash when called from our code.

@@ -17,7 +17,8 @@ namespace ddp {
 
 namespace {
 const char* const kHeader =
-    "epoch,world_size,ranks_per_node,threads,train_loss,test_loss,test_accuracy,samples_per_s,epoch_seconds\n";
+    "epoch,world_size,ranks_per_node,threads,train_loss,test_loss,test_accuracy,samples_per_s,epoch_seconds,"
+    "data_seconds\n";
 }  // namespace
 
 MetricsWriter::MetricsWriter(const std::string& path, bool append) {
@@ -28,6 +29,14 @@ MetricsWriter::MetricsWriter(const std::string& path, bool append) {
   if (fd < 0)
     throw Error("cannot write the metrics file " + path + ": " + std::strerror(errno),
                 "choose a writable path with --metrics");
+  // open()'s mode applies only to a new file: an existing one (a resumed run appends) keeps its
+  // old mode, which may let others read it.
+  if (::fchmod(fd, 0600) != 0) {
+    const int error = errno;
+    ::close(fd);
+    throw Error("cannot make the metrics file " + path + " readable by its user only: " + std::strerror(error),
+                "remove the file (it belongs to someone else?) or choose another path with --metrics");
+  }
   struct stat info {};
   const bool empty = ::fstat(fd, &info) == 0 && info.st_size == 0;
   file_ = ::fdopen(fd, append ? "a" : "w");
@@ -44,9 +53,9 @@ MetricsWriter::MetricsWriter(const std::string& path, bool append) {
 
 void MetricsWriter::write(const EpochMetrics& m) {
   if (file_ == nullptr) return;
-  std::fprintf(file_, "%lld,%d,%d,%d,%.6g,%.6g,%.6g,%.6g,%.6g\n", static_cast<long long>(m.epoch), m.world_size,
-               m.ranks_per_node, m.threads, m.train_loss, m.test_loss, m.test_accuracy, m.samples_per_s,
-               m.epoch_seconds);
+  std::fprintf(file_, "%lld,%d,%d,%d,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g\n", static_cast<long long>(m.epoch),
+               m.world_size, m.ranks_per_node, m.threads, m.train_loss, m.test_loss, m.test_accuracy,
+               m.samples_per_s, m.epoch_seconds, m.data_seconds);
   std::fflush(file_);  // a killed job keeps every finished epoch
 }
 

@@ -16,8 +16,9 @@ struct EpochMetrics {
   int ranks_per_node = 1;
   int threads = 1;  // intra-op threads per rank (cpus-per-task)
   double train_loss = 0, test_loss = 0, test_accuracy = 0;
-  double samples_per_s = 0;  // all ranks together
-  double epoch_seconds = 0;
+  double samples_per_s = 0;  // all ranks together, over the slowest rank's epoch time
+  double epoch_seconds = 0;  // the slowest rank's
+  double data_seconds = 0;   // the slowest rank's time producing batches (Loader::batch)
 };
 
 class MetricsWriter {

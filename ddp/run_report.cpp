@@ -2,11 +2,14 @@
 
 #include <unistd.h>
 
+#include <climits>
 #include <cstdio>
+#include <cstdlib>
 #include <sstream>
 
 #include "ddp/device.h"
 #include "ddp/process_group.h"
+#include "ddp/workload.h"
 
 namespace ddp {
 namespace {
@@ -41,6 +44,18 @@ void print_table(const std::vector<std::vector<std::string>>& rows) {
   std::fflush(stdout);
 }
 
+std::string number(double value) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", value);
+  return text;
+}
+
+// The folder as an absolute path: a relative default (data/mnist) depends on where the job ran.
+std::string absolute(const std::string& path) {
+  char resolved[PATH_MAX];
+  return ::realpath(path.c_str(), resolved) != nullptr ? resolved : path + " (not found)";
+}
+
 }  // namespace
 
 std::string host_name() {
@@ -61,10 +76,14 @@ void print_settings(const Options& o, const LaunchEnv& launch, const torch::Devi
                                                   : launch.init_method},
       {"device (rank 0)", device_name(device)},
       {"threads per rank", std::to_string(threads)},
-      {"dataset", o.dataset + (o.data_dir.empty() ? "" : " (" + o.data_dir + ")")},
+      {"dataset", o.dataset},
+      {"data folder", o.dataset == "synthetic" ? "(none: generated)" : absolute(data_folder(o))},
       {"epochs / save every", std::to_string(o.total_epochs) + " / " + std::to_string(o.save_every)},
       {"batch size per rank", std::to_string(o.batch_size)},
       {"global batch size", std::to_string(o.batch_size * launch.world_size)},
+      {"test batch size", std::to_string(o.test_batch_size)},
+      {"learning rate", number(base_learning_rate(o)) + (o.dataset == "synthetic" ? " (SGD)" : " (Adadelta)")},
+      {"StepLR gamma", o.dataset == "synthetic" ? "(none: constant rate)" : number(o.gamma) + " per epoch"},
       {"seed", std::to_string(o.seed)},
       {"snapshot", o.snapshot_path},
       {"metrics", o.metrics_path.empty() ? "(none)" : o.metrics_path},

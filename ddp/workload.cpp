@@ -26,7 +26,7 @@ Workload synthetic(const Options& o) {
   w.train = make_synthetic_dataset(2048, 20, o.seed);
   w.test = make_synthetic_dataset(512, 20, o.seed + 1000);  // same map, other samples
   w.make_model = seeded_model<LinearRegressor>(o.seed, int64_t{20});
-  const double lr = o.lr > 0 ? o.lr : 1e-2;
+  const double lr = base_learning_rate(o);
   w.make_optimizer = [lr](Model& m) {
     return std::make_unique<torch::optim::SGD>(m.parameters(), torch::optim::SGDOptions(lr));
   };
@@ -39,15 +39,14 @@ Workload images(const Options& o) {
   Workload w;
   w.name = o.dataset;
   const bool fashion = o.dataset == "fashion-mnist";
-  const std::string dir =
-      !o.data_dir.empty() ? o.data_dir : (fashion ? "/usr/share/datasets/fashion-mnist" : "data/mnist");
+  const std::string dir = data_folder(o);
   // Per-dataset normalisation (mean, std of the training images), as the seeds' transforms do.
   const double mean = fashion ? 0.2860 : 0.1307, std = fashion ? 0.3530 : 0.3081;
   w.train = load_idx_dataset(dir, Split::kTrain, mean, std);
   w.test = load_idx_dataset(dir, Split::kTest, mean, std);
   w.classification = true;
   w.make_model = seeded_model<MnistCnn>(o.seed);
-  const double lr = o.lr > 0 ? o.lr : 1.0, gamma = o.gamma;
+  const double lr = base_learning_rate(o), gamma = o.gamma;
   w.make_optimizer = [lr](Model& m) { return std::make_unique<Adadelta>(m.parameters(), lr); };
   w.loss = [](const torch::Tensor& out, const torch::Tensor& target) { return torch::nll_loss(out, target); };
   w.learning_rate = [lr, gamma](int64_t epoch) { return lr * std::pow(gamma, static_cast<double>(epoch)); };
@@ -55,6 +54,16 @@ Workload images(const Options& o) {
 }
 
 }  // namespace
+
+std::string data_folder(const Options& options) {
+  if (!options.data_dir.empty()) return options.data_dir;
+  return options.dataset == "fashion-mnist" ? "/usr/share/datasets/fashion-mnist" : "data/mnist";
+}
+
+double base_learning_rate(const Options& options) {
+  if (options.lr > 0) return options.lr;
+  return options.dataset == "synthetic" ? 1e-2 : 1.0;
+}
 
 Workload make_workload(const Options& options) {
   if (options.dataset == "synthetic") return synthetic(options);

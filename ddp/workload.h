@@ -31,6 +31,13 @@ struct Workload {
 // --data-dir (default ./data/mnist, /usr/share/datasets/fashion-mnist), the CNN, Adadelta, NLL.
 Workload make_workload(const Options& options);
 
+// Where the images are read from: --data-dir, else the dataset's usual folder.
+std::string data_folder(const Options& options);
+
+// The learning rate of the first epoch: --lr, else the workload's default (SGD 1e-2 synthetic,
+// Adadelta 1.0 CNN).
+double base_learning_rate(const Options& options);
+
 // Sets every parameter group's learning rate.
 void set_learning_rate(torch::optim::Optimizer& optimizer, double lr);
 

@@ -24,7 +24,8 @@
 #include "ddp/options.h"            // defines: parse_options
 #include "ddp/process_group.h"      // defines: ProcessGroup
 #include "ddp/run_report.h"         // defines: host_name
-#include "diagnostics/preflight.h"  // defines: wait_for_master, check_master_is_here, check_init_file
+#include "diagnostics/preflight.h"  // defines: wait_for_master, check_master_is_here, check_init_file,
+                                    //          idle_gpus_warning
 
 #ifdef DDPW_HAVE_CUDA
 #include <cuda_runtime_api.h>  // defines: cudaDeviceGetPCIBusId
@@ -203,6 +204,12 @@ int hello(const ddp::Options& options, const ddp::LaunchEnv& launch, const ddp::
   // Checks a rank can make alone, before any collective. choose_device refuses more ranks than
   // GPUs on this node and binds the GPU (before NCCL starts).
   const torch::Device device = ddp::choose_device(options.device, launch.local_rank, launch.local_world_size);
+  // Fewer ranks than GPUs works, so it is a warning (once per node), not an error. An explicit
+  // --device cuda:N chooses its GPUs on purpose.
+  if (device.is_cuda() && options.device.rfind("cuda:", 0) != 0 && launch.local_rank == 0) {
+    const std::string idle = diagnostics::idle_gpus_warning(launch.local_world_size, ddp::visible_gpus());
+    if (!idle.empty()) std::fprintf(stderr, "[RANK %d] warning: %s\n", launch.global_rank, idle.c_str());
+  }
   const ddp::ProcessGroupOptions group_options = ddp::process_group_options(options);
   if (!launch.init_method.empty())
     diagnostics::check_init_file(launch.init_method);

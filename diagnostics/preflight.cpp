@@ -146,4 +146,12 @@ void check_init_file(const std::string& init_method) {
             "choose a folder you can write, on a filesystem every node shares");
 }
 
+std::string idle_gpus_warning(int ranks_on_node, int visible_gpus) {
+  if (ranks_on_node >= visible_gpus) return "";
+  const int idle = visible_gpus - ranks_on_node;
+  return std::to_string(ranks_on_node) + " rank(s) on " + this_host() + " but " + std::to_string(visible_gpus) +
+         " GPUs visible: " + std::to_string(idle) + " GPU(s) sit idle (fix: one rank per GPU, "
+         "--ntasks-per-node / --nproc_per_node = GPUs per node, or request only the GPUs you use)";
+}
+
 }  // namespace diagnostics

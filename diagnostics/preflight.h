@@ -1,7 +1,7 @@
 // defines: the checks `hello` runs before it joins the process group, so that a launch mistake
 //          fails in seconds with the setting to fix instead of hanging in the first collective:
 //          wait_for_master (a TCP connect to MASTER_ADDR:MASTER_PORT), check_master_is_here
-//          and check_init_file.
+//          and check_init_file; and idle_gpus_warning, for a launch that works but wastes GPUs.
 //          Plain POSIX, no LibTorch.
 #pragma once
 
@@ -25,5 +25,10 @@ void check_master_is_here(const ddp::LaunchEnv& launch);
 
 // For --init-method file:///path: the folder exists and this rank may create files in it.
 void check_init_file(const std::string& init_method);
+
+// Fewer ranks on a node than the GPUs each of them sees: the run works, but the other GPUs sit
+// idle. Returns the warning (one line with the fix), or "" when every visible GPU has a rank.
+// (More ranks than GPUs is an error, raised by ddp::choose_device.)
+std::string idle_gpus_warning(int ranks_on_node, int visible_gpus);
 
 }  // namespace diagnostics

@@ -4,6 +4,11 @@
 
 set(_expect "${PROJECT_SOURCE_DIR}/diagnostics/expect.sh")
 
+# The preflight checks that need no network or GPU (plain C++, no LibTorch: builds in seconds).
+add_executable(diagnostics_tests ${PROJECT_SOURCE_DIR}/diagnostics/test_preflight.cpp)
+target_link_libraries(diagnostics_tests PRIVATE diagnostics_preflight GTest::gtest_main)
+gtest_discover_tests(diagnostics_tests TEST_PREFIX "diagnostics.preflight." PROPERTIES LABELS unit)
+
 find_program(DDPW_MPIRUN mpirun)
 find_program(DDPW_TORCHRUN torchrun HINTS "$ENV{HOME}/.cache/ddp-workshop/venv/bin")
 if(NOT DDPW_MPIRUN)

@@ -2,8 +2,9 @@
 
 Left: training loss (solid) and test loss (dashed) per epoch, one colour per configuration.
 Middle: test accuracy per epoch. Right: throughput (samples/s, all ranks) against the world size,
-one line per threads-per-rank value, with ideal linear scaling for reference. Run it through
-scripts/plot, which picks a Python that has matplotlib.
+one line per threads-per-rank value, with ideal linear scaling for reference. Also prints one
+line per configuration (throughput, epoch time, data-loading share, final accuracy). Run it
+through scripts/plot, which picks a Python that has matplotlib.
 """
 import argparse
 import csv
@@ -13,6 +14,8 @@ from pathlib import Path
 
 COLUMNS = ["epoch", "world_size", "ranks_per_node", "threads", "train_loss", "test_loss",
            "test_accuracy", "samples_per_s", "epoch_seconds"]
+# Added later (the slowest rank's seconds producing batches): files written before lack it.
+OPTIONAL = ["data_seconds"]
 
 
 class PlotError(Exception):
@@ -31,16 +34,36 @@ def read_run(path):
         for line, row in enumerate(reader, start=2):
             try:
                 values = {c: float(row[c]) for c in COLUMNS}
+                values.update({c: float(row[c]) for c in OPTIONAL if row.get(c) not in (None, "")})
             except (TypeError, ValueError):
                 raise PlotError(f"{path}:{line}: not a number in {row}") from None
             rows[int(values["epoch"])] = values
     return [rows[e] for e in sorted(rows)]
 
 
-def steady_throughput(rows):
-    """Samples/s without the first epoch when there are more (it includes warm-up)."""
-    values = [r["samples_per_s"] for r in rows]
+def steady(rows, column):
+    """The median of a column without the first epoch when there are more (it includes warm-up)."""
+    values = [r[column] for r in rows]
     return statistics.median(values[1:] if len(values) > 1 else values)
+
+
+def steady_throughput(rows):
+    return steady(rows, "samples_per_s")
+
+
+def summary(rows):
+    """One configuration in one line: what the plot shows, in numbers."""
+    first, last = rows[0], rows[-1]
+    text = (f"{int(first['world_size'])} rank(s) x {int(first['threads'])} thread(s): "
+            f"{steady_throughput(rows):.0f} samples/s, epoch {steady(rows, 'epoch_seconds'):.1f} s")
+    if all("data_seconds" in r for r in rows):
+        shares = [{"share": 100 * r["data_seconds"] / r["epoch_seconds"]} for r in rows if r["epoch_seconds"] > 0]
+        if shares:
+            text += f", data {steady(shares, 'share'):.1f} %"
+    text += f", {len(rows)} epoch(s), final train loss {last['train_loss']:.4g}"
+    if last["test_accuracy"] > 0:
+        text += f", test accuracy {100 * last['test_accuracy']:.2f} %"
+    return text
 
 
 def main():
@@ -127,6 +150,8 @@ def main():
     for threads, points in sorted(by_threads.items()):
         table = ", ".join(f"{w} rank(s) {s:.0f}" for w, s in sorted(points))
         print(f"plot: samples/s with {threads} thread(s) per rank: {table}")
+    for n in names:
+        print(f"plot: {summary(runs[n])}")
     return 0
 
 

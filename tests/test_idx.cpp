@@ -99,6 +99,8 @@ class IdxTest : public ::testing::Test {
       EXPECT_EQ(what.find('\n'), std::string::npos) << "message is not one line: " << what;
       EXPECT_NE(e.hint().find("dataset-fashion-mnist"), std::string::npos) << "hint: " << e.hint();
       EXPECT_NE(e.hint().find("--data-dir"), std::string::npos) << "hint: " << e.hint();
+      EXPECT_NE(e.hint().find("login node"), std::string::npos) << "hint: " << e.hint();  // no internet there
+      EXPECT_EQ(e.hint().find('\n'), std::string::npos) << "hint is not one line: " << e.hint();
     }
   }
 

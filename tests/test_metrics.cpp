@@ -21,7 +21,8 @@ namespace {
 // POSIX calls rather than std::filesystem: this test may be linked with LibTorch, whose wheels
 // export an older copy of parts of std::filesystem (pytorch/pytorch#133437).
 const char* const kHeader =
-    "epoch,world_size,ranks_per_node,threads,train_loss,test_loss,test_accuracy,samples_per_s,epoch_seconds";
+    "epoch,world_size,ranks_per_node,threads,train_loss,test_loss,test_accuracy,samples_per_s,epoch_seconds,"
+    "data_seconds";
 
 std::vector<std::string> read_lines(const std::string& path) {
   std::ifstream in(path);
@@ -47,6 +48,7 @@ ddp::EpochMetrics row(int64_t epoch) {
   m.test_accuracy = 0.875;
   m.samples_per_s = 1234.5;
   m.epoch_seconds = 12.5;
+  m.data_seconds = 0.25;
   return m;
 }
 
@@ -60,7 +62,7 @@ TEST(MetricsWriter, HeaderOnceAndOneRowPerEpochAcrossAppends) {
     const auto lines = read_lines(path);
     ASSERT_EQ(lines.size(), 2u);
     EXPECT_EQ(lines[0], kHeader);
-    EXPECT_EQ(lines[1], "0,4,2,3,0.5,0.25,0.875,1234.5,12.5");
+    EXPECT_EQ(lines[1], "0,4,2,3,0.5,0.25,0.875,1234.5,12.5,0.25");
   }
   {
     ddp::MetricsWriter resumed(path, /*append=*/true);  // a resumed run adds rows, no second header
@@ -104,6 +106,27 @@ TEST(MetricsWriter, FileIsReadableByTheUserOnly) {
   struct stat info {};
   ASSERT_EQ(::stat(path.c_str(), &info), 0);
   EXPECT_EQ(info.st_mode & 0777, 0600u);
+  std::remove(path.c_str());
+}
+
+TEST(MetricsWriter, AnExistingFileBecomesUserOnlyToo) {
+  // A resumed run appends to the file an earlier run (or a copy, or another tool) left behind.
+  const auto path = temp_path("mode-existing.csv");
+  std::remove(path.c_str());
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::fchmod(fd, 0644), 0);
+  ::close(fd);
+  for (const bool append : {true, false}) {
+    ASSERT_EQ(::chmod(path.c_str(), 0644), 0);
+    {
+      ddp::MetricsWriter writer(path, append);
+      writer.write(row(0));
+    }
+    struct stat info {};
+    ASSERT_EQ(::stat(path.c_str(), &info), 0);
+    EXPECT_EQ(info.st_mode & 0777, 0600u) << (append ? "append" : "truncate");
+  }
   std::remove(path.c_str());
 }
 

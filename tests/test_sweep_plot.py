@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """scripts/sweep and scripts/plot, end to end, without training anything.
 
-1. sweep --dry-run prints one launch command per (ranks x threads), with the right arguments.
+1. sweep --dry-run prints one launch command per (ranks x threads), with the right arguments; the
+   batch per rank is the global batch / world size (or fixed with --batch-per-rank).
 2. sweep runs a stand-in program under torchrun (it writes the metrics CSV rank 0 would write),
    so the launch, the per-configuration files and the exit codes are real.
 3. plot draws those CSVs; the PNG is decoded here with the standard library alone (an independent
@@ -27,7 +28,8 @@ PLOT = ROOT / "scripts" / "plot"
 TIMEOUT = 120  # seconds per script run: nothing may hang
 
 # Stands in for step2_env_launch: the same arguments, and rank 0 writes the same CSV columns with
-# numbers that depend on the configuration (throughput grows with ranks and threads).
+# numbers that depend on the configuration (throughput grows with ranks and threads), and a
+# metrics file of the version before data_seconds (ranks 1 x threads 2) still plots.
 FAKE_PROGRAM = textwrap.dedent("""\
     #!/usr/bin/env bash
     set -euo pipefail
@@ -38,12 +40,16 @@ FAKE_PROGRAM = textwrap.dedent("""\
     done
     : "${RANK:?RANK not set: not started by a launcher}" "${WORLD_SIZE:?}" "${LOCAL_WORLD_SIZE:?}"
     [ "$RANK" -eq 0 ] || exit 0
-    echo "epoch,world_size,ranks_per_node,threads,train_loss,test_loss,test_accuracy,samples_per_s,epoch_seconds" > "$metrics"
+    old=0; [ "$WORLD_SIZE" = 1 ] && [ "$threads" = 2 ] && old=1
+    header=epoch,world_size,ranks_per_node,threads,train_loss,test_loss,test_accuracy,samples_per_s,epoch_seconds
+    [ $old = 1 ] && echo "$header" > "$metrics" || echo "$header,data_seconds" > "$metrics"
     for ((e = 0; e < epochs; e++)); do
-      awk -v e=$e -v w=$WORLD_SIZE -v n=$LOCAL_WORLD_SIZE -v t=$threads 'BEGIN {
+      awk -v e=$e -v w=$WORLD_SIZE -v n=$LOCAL_WORLD_SIZE -v t=$threads -v old=$old 'BEGIN {
         s = 900 * w * (0.6 + 0.4 * t) * (e == 0 ? 0.8 : 1);
-        printf "%d,%d,%d,%d,%.4f,%.4f,%.4f,%.1f,%.2f\\n", e, w, n, t, 0.9 / (e + 1) + 0.01 * w,
-               1.0 / (e + 1) + 0.02 * t, 0.70 + 0.05 * e - 0.01 * w, s, 60000 / s }' >> "$metrics"
+        printf "%d,%d,%d,%d,%.4f,%.4f,%.4f,%.1f,%.2f", e, w, n, t, 0.9 / (e + 1) + 0.01 * w,
+               1.0 / (e + 1) + 0.02 * t, 0.70 + 0.05 * e - 0.01 * w, s, 60000 / s;
+        if (!old) printf ",%.3f", 0.006 * 60000 / s;  # data: 0.6 % of the epoch
+        printf "\\n" }' >> "$metrics"
     done
     """)
 
@@ -113,7 +119,7 @@ class SweepAndPlot(unittest.TestCase):
 
     def test_dry_run_prints_one_command_per_configuration(self):
         r = run([SWEEP, "--dry-run", "--ranks", "1 2", "--threads", "1 3", "--epochs", "4", "--out", self.tmp,
-                 "--", "--batch-size", "64"])
+                 "--", "--log-every", "50"])
         self.assertEqual(r.returncode, 0, r.stderr)
         lines = r.stdout.strip().splitlines()
         self.assertEqual(len(lines), 4, r.stdout)
@@ -122,9 +128,31 @@ class SweepAndPlot(unittest.TestCase):
             self.assertTrue(line.startswith(f"torchrun --standalone --nproc_per_node={w} --no-python "), line)
             for part in ["solutions/step2_env_launch 4 4", f"--threads {t}", f"--metrics {self.tmp}/{config}.csv",
                          f"--snapshot {self.tmp}/{config}.pt", "--fresh", "--dataset fashion-mnist",
-                         "--batch-size 64"]:
-                self.assertIn(part, line)
+                         f"--batch-size {64 // w} ",  # the default: global batch 64 over w ranks
+                         "--log-every 50"]:
+                self.assertIn(part, line + " ")
         self.assertFalse(list(self.tmp.iterdir()), "a dry run wrote files")
+
+    def batch_sizes(self, *args):
+        r = run([SWEEP, "--dry-run", "--threads", "1", *args])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return [int(line.split("--batch-size ")[1].split()[0]) for line in r.stdout.strip().splitlines()]
+
+    def test_global_batch_is_split_over_the_ranks(self):
+        self.assertEqual(self.batch_sizes("--ranks", "1 2 3 4", "--global-batch", "48"), [48, 24, 16, 12])
+        # --batch-per-rank: the same per rank, the global batch grows; the last of the two wins.
+        self.assertEqual(self.batch_sizes("--ranks", "1 2 4", "--global-batch", "48", "--batch-per-rank", "10"),
+                         [10, 10, 10])
+        self.assertEqual(self.batch_sizes("--ranks", "1 2", "--batch-per-rank", "10", "--global-batch", "8"), [8, 4])
+
+    def test_a_global_batch_that_does_not_split_is_a_usage_error(self):
+        r = run([SWEEP, "--dry-run", "--ranks", "1 2 3", "--global-batch", "64"])
+        self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+        self.assertIn("--global-batch 64 does not split evenly over 3 ranks", r.stderr)
+        self.assertEqual(r.stdout, "", "commands printed before the error")
+        r = run([SWEEP, "--dry-run", "--", "--batch-size", "32"])
+        self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+        self.assertIn("--global-batch N or --batch-per-rank N", r.stderr)
 
     def test_other_launchers_in_dry_run(self):
         r = run([SWEEP, "--dry-run", "--launcher", "srun", "--ranks", "4", "--threads", "8"])
@@ -138,6 +166,7 @@ class SweepAndPlot(unittest.TestCase):
     def test_bad_arguments_are_usage_errors(self):
         for args, message in [(["--ranks", "0"], "--ranks"), (["--threads", "x"], "--threads"),
                               (["--launcher", "ssh"], "--launcher"), (["--dataset", "cifar"], "--dataset"),
+                              (["--global-batch", "0"], "--global-batch"), (["--batch-per-rank", "-1"], "--batch-per-rank"),
                               (["--bogus"], "unknown option")]:
             r = run([SWEEP, "--dry-run", *args])
             self.assertEqual(r.returncode, 2, f"{args}: {r.stdout}{r.stderr}")
@@ -169,6 +198,9 @@ class SweepAndPlot(unittest.TestCase):
         r = run([PLOT, out, "--out", png])
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         self.assertIn("samples/s with 1 thread(s) per rank: 1 rank(s) 900, 2 rank(s) 1800", r.stdout)
+        self.assertIn("plot: 2 rank(s) x 1 thread(s): 1800 samples/s, epoch 33.3 s, data 0.6 %, 3 epoch(s)", r.stdout)
+        # the older file without data_seconds: no data share, but plotted
+        self.assertIn("plot: 1 rank(s) x 2 thread(s): 1260 samples/s, epoch 47.6 s, 3 epoch(s)", r.stdout)
         self.assertGreater(png.stat().st_size, 30_000, "suspiciously small picture")
         width, height, colours = decode_png(png)
         self.assertGreaterEqual(width, 1200)

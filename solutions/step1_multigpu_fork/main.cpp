@@ -113,7 +113,7 @@ class Trainer {
     progress.finish();
     first_step_ = 0;
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    reporter_.end_epoch(epoch, loss_sum, batches, samples, seconds, plain_model());
+    reporter_.end_epoch(epoch, loss_sum, batches, samples, seconds, loader_.take_load_seconds(), plain_model());
     return true;
   }
 

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # CI's short accuracy check: one epoch of the CNN on the full Fashion-MNIST, 2 ranks under torchrun
-# (global batch 64). Bound: >= 87 % test accuracy. Measured here: 88.7 % after one epoch with 1 rank
-# (91.3 % after three; the full table comes from scripts/accuracy). 87 % is beyond what any linear
-# model reaches on Fashion-MNIST (~84 %), so passing means the CNN and its DDP training really learn,
-# with room for the run-to-run spread of a single epoch.
+# (global batch 64). Bound: >= 87 % test accuracy. Measured on the 2-core course machine
+# (2026-11-23): 88.64 % after this epoch (2 ranks; a rerun gives the same), 88.88 % with 1 rank of
+# batch 64, so 88.6-88.9 % (90.7 % after two epochs, 1 rank; the full table comes from
+# scripts/accuracy). 87 % is beyond what any linear model reaches on Fashion-MNIST (~84 %), so
+# passing means the CNN and its DDP training really learn, with room for what changes the result of
+# a single epoch (the thread count, the LibTorch version).
 source "$(dirname "$0")/lib.sh"
 command -v torchrun >/dev/null || fail "torchrun not found"
 [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || fail "Fashion-MNIST missing (apt-get install dataset-fashion-mnist)"
