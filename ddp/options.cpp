@@ -175,8 +175,7 @@ Options parse_options(int argc, char** argv, const std::string& description, uns
   for (const char* restarts : {"TORCHELASTIC_RESTART_COUNT", "SLURM_RESTART_COUNT"}) {
     const char* n = std::getenv(restarts);
     if (o.fresh && n && std::atoi(n) > 0) {
-      std::fprintf(stderr, "%s: note: --fresh ignored: this is restart %s of the job (%s), which resumes
-",
+      std::fprintf(stderr, "%s: note: --fresh ignored: this is restart %s of the job (%s), which resumes\n",
                    program.c_str(), n, restarts);
       o.fresh = false;
     }
