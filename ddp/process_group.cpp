@@ -56,13 +56,12 @@ std::string fmt_seconds(double s) {
 
 bool contains(const std::string& text, const char* needle) { return text.find(needle) != std::string::npos; }
 
-// How to choose another master port, in the words of whoever set this one.
+// How to choose another master port, in the words of whoever set this one. (Under torchrun 2.x
+// the agent serves the store and rank 0 binds nothing: a taken port there is one set by hand.)
 std::string other_port_hint(const LaunchEnv& launch) {
   if (launch.launcher == "options") return "choose another port: --master-port N";
-  if (launch.launcher == "torchrun") return "choose another port: torchrun --master-port N (or --rdzv-endpoint HOST:N)";
-  return "choose another port: export MASTER_PORT=N before " +
-         std::string(launch.launcher == "openmpi" ? "mpirun" : launch.launcher == "slurm" ? "srun" : "starting") +
-         ", or --master-port N (e.g. 20000 + job id % 20000: jobs sharing a node differ)";
+  return "choose another port: export MASTER_PORT=N (torchrun: --master-port N) or pass --master-port N; "
+         "e.g. 20000 + job id % 20000, so jobs sharing a node differ";
 }
 
 bool is_loopback(const std::string& host) {
