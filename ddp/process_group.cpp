@@ -182,6 +182,10 @@ ProcessGroup::ProcessGroup(const LaunchEnv& launch, const torch::Device& device,
 
   // A worker must not outlive the launcher that started it (torchrun killed by a time limit).
   if (launch.launcher == "torchrun") ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  // When a peer dies, Gloo's next write to its socket raises SIGPIPE, which by default ends this
+  // process at once and silently (exit -13) instead of failing the collective with an error that
+  // names it. Python ignores SIGPIPE at start-up, so Python DDP never meets this; we do the same.
+  ::signal(SIGPIPE, SIG_IGN);
   store_ = rendezvous(launch, options.rendezvous_timeout);
   // Two processes claiming one rank (a launcher inside a launcher) would silently corrupt the group.
   if (store_->add("ddpw/rank_claimed/" + std::to_string(rank_), 1) != 1) {
