@@ -62,7 +62,9 @@ ddpw_setup() {
   echo "# programs $DDPW_PROGRAMS"
 }
 
-ddpw_first_host() { scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1; }
+# sed reads the whole list: `| head -n 1` ends the pipe early, and on a job of a few hundred nodes
+# scontrol then dies of SIGPIPE, which `set -o pipefail` turns into a failed script.
+ddpw_first_host() { scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p; }
 
 ddpw_job_port() { echo $((20000 + SLURM_JOB_ID % 20000)); }
 

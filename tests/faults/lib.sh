@@ -94,7 +94,7 @@ launch_ranks() {
 child_with_env() {
   local p
   for p in $(pgrep -P "$1"); do
-    tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "$2" && { echo "$p"; return; }
+    grep -qzx -- "$2" "/proc/$p/environ" 2>/dev/null && { echo "$p"; return; }
   done
 }
 torchrun_worker() { child_with_env "$1" "RANK=$2"; }

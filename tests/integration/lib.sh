@@ -21,7 +21,7 @@ run_logged() {
 }
 
 # "Epoch N | train loss X" lines printed by rank 0: the loss of the first and the last epoch.
-first_loss() { grep -E '^Epoch [0-9]+ \| train loss' "$1" | head -n1 | sed -E 's/.*train loss ([0-9.e+-]+).*/\1/'; }
+first_loss() { grep -m1 -E '^Epoch [0-9]+ \| train loss' "$1" | sed -E 's/.*train loss ([0-9.e+-]+).*/\1/'; }
 last_loss()  { grep -E '^Epoch [0-9]+ \| train loss' "$1" | tail -n1 | sed -E 's/.*train loss ([0-9.e+-]+).*/\1/'; }
 
 # The checks every distributed run must pass: the loss fell, every rank ended with the same

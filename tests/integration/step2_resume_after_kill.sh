@@ -7,7 +7,7 @@ args=(30 2 --batch-size 8 --threads 1 --rendezvous-timeout 60 --collective-timeo
 
 mkdir ref && (cd ref && run_logged out.log torchrun --standalone --nproc_per_node=2 --no-python \
   "$BIN/solutions/step2_env_launch" "${args[@]}") || { cat ref/out.log; fail "uninterrupted run failed"; }
-expected=$(grep 'final weights checksum' ref/out.log | head -n1 | awk '{print $NF}')
+expected=$(grep -m1 'final weights checksum' ref/out.log | awk '{print $NF}')
 
 mkdir killed && cd killed
 timeout --kill-after=10 240 torchrun --standalone --nproc_per_node=2 --max-restarts=1 --no-python \
@@ -28,5 +28,5 @@ rc=0; wait "$agent" || rc=$?
 grep -q 'Resuming training from snapshot' out.log || { cat out.log; fail "the restarted workers did not resume"; }
 got=$(grep 'final weights checksum' out.log | tail -n1 | awk '{print $NF}')
 [ "$got" = "$expected" ] || fail "resumed run ends with checksum $got, uninterrupted $expected"
-grep 'Resuming training from snapshot' out.log | head -n1
+grep -m1 'Resuming training from snapshot' out.log
 pass "killed worker $victim; restarted and resumed; final weights equal the uninterrupted run ($got)"
