@@ -186,20 +186,28 @@ void GradientReducer::on_gradient_ready(size_t i) {
   // reached its end (an exception inside backward).
   if (in_backward_ && (abandoned_->load() || ready_[i])) recover_from_abandoned_backward();
   if (!in_backward_) start_backward();
-  ready_[i] = 1;
-  Bucket& b = buckets_[bucket_of_[i]];
-  const auto slot = std::find(b.params.begin(), b.params.end(), i) - b.params.begin();
   const torch::Tensor& grad = params_[i].grad();
   DDP_CHECK(grad.defined() && !grad.is_sparse(), "parameter '" + names_[i] + "' has no dense gradient",
             "DistributedDataParallel supports dense gradients only");
-  // Average = sum over ranks of (grad / world size): Gloo has no AVG. Dividing on the way into the
-  // bucket saves a pass. After the first step .grad usually is this very slice (see finish_backward).
-  auto slice = b.flat.narrow(0, b.offsets[slot], grad.numel());
-  if (grad.data_ptr() == slice.data_ptr())
+  if (put_into_bucket(i) == 0) launch_ready_buckets();
+}
+
+// Average = sum over ranks of (grad / world size): Gloo has no AVG. Dividing on the way into the
+// bucket saves a pass. After the first step .grad usually is this very slice (see finish_backward).
+// A parameter without .grad enters as zero. Returns the bucket's count of parameters still missing.
+size_t GradientReducer::put_into_bucket(size_t i) {
+  ready_[i] = 1;
+  Bucket& b = buckets_[bucket_of_[i]];
+  const auto slot = std::find(b.params.begin(), b.params.end(), i) - b.params.begin();
+  auto slice = b.flat.narrow(0, b.offsets[slot], params_[i].numel());
+  const torch::Tensor& grad = params_[i].grad();
+  if (!grad.defined())
+    slice.zero_();
+  else if (grad.data_ptr() == slice.data_ptr())
     slice.div_(b.world_size);
   else
     torch::div_out(slice, grad.reshape({-1}), b.world_size);
-  if (--b.pending == 0) launch_ready_buckets();
+  return --b.pending;
 }
 
 void GradientReducer::launch_ready_buckets() {
@@ -208,27 +216,6 @@ void GradientReducer::launch_ready_buckets() {
     Bucket& b = buckets_[next_bucket_++];
     std::vector<torch::Tensor> tensors{b.flat};
     b.work = pg_->allreduce_sum_async(tensors);
-  }
-}
-
-// find_unused_parameters: a parameter that got no gradient in this pass enters its bucket as its
-// accumulated .grad (earlier no_sync passes), or as zero when it has none.
-void GradientReducer::count_unused_as_zero() {
-  torch::NoGradGuard no_grad;
-  for (size_t i = 0; i < params_.size(); ++i) {
-    if (ready_[i]) continue;
-    ready_[i] = 1;
-    Bucket& b = buckets_[bucket_of_[i]];
-    const auto slot = std::find(b.params.begin(), b.params.end(), i) - b.params.begin();
-    auto slice = b.flat.narrow(0, b.offsets[slot], params_[i].numel());
-    const torch::Tensor& grad = params_[i].grad();
-    if (!grad.defined())
-      slice.zero_();
-    else if (grad.data_ptr() == slice.data_ptr())
-      slice.div_(b.world_size);
-    else
-      torch::div_out(slice, grad.reshape({-1}), b.world_size);
-    --b.pending;
   }
 }
 
@@ -243,7 +230,10 @@ void GradientReducer::finish_backward() {
     for (size_t i = 0; i < params_.size(); ++i) mine[i] = params_[i].grad().defined() ? 1 : 0;
     auto has_grad = torch::tensor(mine, torch::kInt32).to(params_[0].device());
     if (next_bucket_ < buckets_.size()) {
-      count_unused_as_zero();
+      // A parameter without a gradient in this pass enters as its accumulated .grad (earlier
+      // no_sync passes), or as zero.
+      for (size_t i = 0; i < params_.size(); ++i)
+        if (!ready_[i]) put_into_bucket(i);
       launch_ready_buckets();
     }
     std::vector<torch::Tensor> mask{has_grad};

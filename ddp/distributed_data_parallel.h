@@ -64,7 +64,7 @@ class GradientReducer {
   void finish_backward();
   void start_backward();
   void recover_from_abandoned_backward();
-  void count_unused_as_zero();
+  size_t put_into_bucket(size_t i);
   void point_grads_at_buckets(const std::vector<char>& keep_undefined);
 
   std::shared_ptr<torch::nn::Module> module_;

@@ -1,6 +1,6 @@
 // defines: EpochReporter — the end of every epoch: the ranks' training loss summed, the slowest
-//          rank's time (and its data-loading time), the test set evaluated over all ranks' shards,
-//          one line printed by rank 0 and one metrics row written.
+//          rank's time and the longest data-loading time, the test set evaluated over all ranks'
+//          shards, one line printed by rank 0 and one metrics row written.
 #pragma once
 
 #include <torch/torch.h>
@@ -23,7 +23,8 @@ class EpochReporter {
 
   // loss_sum: sum of this rank's batch losses; samples: samples this rank trained on; seconds:
   // this rank's epoch time; data_seconds: its share of that spent producing batches
-  // (Loader::take_load_seconds). Times are reported for the slowest rank, which sets the pace.
+  // (Loader::take_load_seconds). Both are reported as their maximum over the ranks: the slowest
+  // rank sets the pace.
   void end_epoch(int64_t epoch, double loss_sum, int64_t batches, int64_t samples, double seconds,
                  double data_seconds, Model& model);
 

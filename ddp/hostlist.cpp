@@ -65,9 +65,9 @@ std::vector<std::string> expand_range_list(const std::string& body, const std::s
     }
     const std::string lo = item.substr(0, dash), hi = item.substr(dash + 1);
     if (!all_digits(lo) || !all_digits(hi)) throw bad_hostlist(whole, "bad range '" + item + "'");
-    const auto a_ = to_long(lo), b_ = to_long(hi);
-    if (!a_ || !b_) throw bad_hostlist(whole, "range '" + item + "' has a number too large");
-    const long a = *a_, b = *b_;
+    const auto first = to_long(lo), last = to_long(hi);
+    if (!first || !last) throw bad_hostlist(whole, "range '" + item + "' has a number too large");
+    const long a = *first, b = *last;
     if (b < a) throw bad_hostlist(whole, "range '" + item + "' goes backwards");
     if (b - a > 100000) throw bad_hostlist(whole, "range '" + item + "' is implausibly large");
     const size_t width = lo.size();  // Slurm pads every number to the width of the lower bound

@@ -18,7 +18,7 @@ struct EpochMetrics {
   double train_loss = 0, test_loss = 0, test_accuracy = 0;
   double samples_per_s = 0;  // all ranks together, over the slowest rank's epoch time
   double epoch_seconds = 0;  // the slowest rank's
-  double data_seconds = 0;   // the slowest rank's time producing batches (Loader::batch)
+  double data_seconds = 0;   // the most any rank spent producing batches (Loader::batch)
 };
 
 class MetricsWriter {

@@ -135,7 +135,9 @@ int run_parent(int nprocs) {
   return exit_code;
 }
 
-// The launcher that started this process with ranks of its own, or "" (see spawn.h).
+// The launcher that started this process with ranks of its own, or "" (see spawn.h). Looser than
+// resolve_launch_env on purpose: any one of these variables means a launcher is there, even if it
+// set too few of them to say who this process is.
 std::string started_by_launcher() {
   auto set = [](const char* name) {
     const char* v = std::getenv(name);

@@ -41,25 +41,23 @@ def read_run(path):
     return [rows[e] for e in sorted(rows)]
 
 
-def steady(rows, column):
-    """The median of a column without the first epoch when there are more (it includes warm-up)."""
-    values = [r[column] for r in rows]
+def steady(values):
+    """The median without the first epoch when there are more (it includes warm-up)."""
     return statistics.median(values[1:] if len(values) > 1 else values)
 
 
 def steady_throughput(rows):
-    return steady(rows, "samples_per_s")
+    return steady([r["samples_per_s"] for r in rows])
 
 
 def summary(rows):
     """One configuration in one line: what the plot shows, in numbers."""
     first, last = rows[0], rows[-1]
     text = (f"{int(first['world_size'])} rank(s) x {int(first['threads'])} thread(s): "
-            f"{steady_throughput(rows):.0f} samples/s, epoch {steady(rows, 'epoch_seconds'):.1f} s")
-    if all("data_seconds" in r for r in rows):
-        shares = [{"share": 100 * r["data_seconds"] / r["epoch_seconds"]} for r in rows if r["epoch_seconds"] > 0]
-        if shares:
-            text += f", data {steady(shares, 'share'):.1f} %"
+            f"{steady_throughput(rows):.0f} samples/s, epoch {steady([r['epoch_seconds'] for r in rows]):.1f} s")
+    shares = [100 * r["data_seconds"] / r["epoch_seconds"] for r in rows if "data_seconds" in r and r["epoch_seconds"] > 0]
+    if shares:
+        text += f", data {steady(shares):.1f} %"
     text += f", {len(rows)} epoch(s), final train loss {last['train_loss']:.4g}"
     if last["test_accuracy"] > 0:
         text += f", test accuracy {100 * last['test_accuracy']:.2f} %"
