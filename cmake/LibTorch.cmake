@@ -4,7 +4,8 @@
 #   3. the torch that scripts/setup.sh installed ($DDPW_HOME, default ~/.cache/ddp-workshop);
 #   4. the system (Debian's libtorch-dev, with libgloo-dev for the Gloo headers).
 # Stops with a fix-it message when none is found. Sets DDPW_TORCH_CUDA (ON when this LibTorch
-# has CUDA, so the CUDA/NCCL code is compiled even on a machine without a GPU).
+# has CUDA, so the CUDA/NCCL code is compiled even on a machine without a GPU), DDPW_NCCL (the NCCL
+# backend is built) and DDPW_GLOO (Gloo's headers were found: CPU ranks can run).
 
 function(_ddpw_torch_prefix_from_python python out)
   execute_process(
@@ -116,14 +117,26 @@ if(DDPW_TORCH_CUDA)
   endif()
 endif()
 
-# Gloo's headers: c10d's ProcessGroupGloo.hpp includes them, but neither the torch wheel nor
-# Debian's libtorch-dev ships them. Only their declarations are used (the Gloo code itself lives
-# in libtorch_cpu), so the headers of Debian's libgloo-dev or a Gloo checkout serve.
+# Gloo's headers: c10d's ProcessGroupGloo.hpp includes them, but no LibTorch ships them. Only their
+# declarations are used (the Gloo code itself lives in libtorch_cpu), so the headers of Debian's
+# libgloo-dev serve. Without them the build has no Gloo backend (ddp/no_gloo_backend.cpp): a GPU
+# build still runs every step with NCCL, but CPU ranks (--device cpu, --backend gloo) stop at
+# start-up and say how to get Gloo.
+set(DDPW_GLOO_FIX "apt-get install libgloo-dev (scripts/setup.sh does, as root), or without root configure with "
+                  "-DDDPW_GLOO_INCLUDE_DIR=<a folder with gloo/algorithm.h and gloo/config.h>, e.g. the usr/include "
+                  "of Debian's libgloo-dev unpacked with dpkg -x")
+string(JOIN "" DDPW_GLOO_FIX ${DDPW_GLOO_FIX})
 find_path(DDPW_GLOO_INCLUDE_DIR gloo/algorithm.h
   HINTS "$ENV{GLOO_HOME}/include" ${TORCH_INCLUDE_DIRS})
-if(NOT DDPW_GLOO_INCLUDE_DIR)
-  message(FATAL_ERROR "gloo/algorithm.h was not found: c10d's Gloo backend header needs Gloo's "
-                      "headers, which LibTorch does not ship. Fix: apt-get install libgloo-dev "
-                      "(scripts/setup.sh does), or on a cluster without root pass "
-                      "-DDDPW_GLOO_INCLUDE_DIR=<folder holding gloo/algorithm.h and gloo/config.h>.")
+if(DDPW_GLOO_INCLUDE_DIR)
+  set(DDPW_GLOO ON)
+elseif(DDPW_NCCL)
+  set(DDPW_GLOO OFF)
+  message(WARNING "gloo/algorithm.h was not found: this is a GPU-only build (NCCL only, no Gloo). "
+                  "Runs on CPU ranks (--device cpu, --backend gloo) will stop with a message. For them: "
+                  "${DDPW_GLOO_FIX}.")
+else()
+  message(FATAL_ERROR "gloo/algorithm.h was not found, and LibTorch ${DDPW_TORCH_VERSION} has no CUDA: "
+                      "without Gloo's headers no backend is left (c10d's Gloo backend header needs them; "
+                      "LibTorch does not ship them). Fix: ${DDPW_GLOO_FIX}.")
 endif()
