@@ -5,7 +5,8 @@
 #   4. the system (Debian's libtorch-dev, with libgloo-dev for the Gloo headers).
 # Stops with a fix-it message when none is found. Sets DDPW_TORCH_CUDA (ON when this LibTorch
 # has CUDA, so the CUDA/NCCL code is compiled even on a machine without a GPU), DDPW_NCCL (the NCCL
-# backend is built) and DDPW_GLOO (Gloo's headers were found: CPU ranks can run).
+# backend is built; its nccl.h and the CUDA toolkit are checked against LibTorch's,
+# cmake/CudaStack.cmake) and DDPW_GLOO (Gloo's headers were found: CPU ranks can run).
 
 function(_ddpw_torch_prefix_from_python python out)
   execute_process(
@@ -115,6 +116,18 @@ if(DDPW_TORCH_CUDA)
     message(FATAL_ERROR "LibTorch has CUDA but nccl.h was not found, so the NCCL backend cannot be "
                         "built. Set NCCL_HOME (or module load nccl), or pip install nvidia-nccl-cu13.")
   endif()
+  # One CUDA stack per process: nccl.h and the toolkit must be LibTorch's versions.
+  include(CudaStack)
+  find_library(DDPW_TORCH_CUDA_LIBRARY torch_cuda PATHS "${TORCH_INSTALL_PREFIX}/lib" NO_DEFAULT_PATH)
+  ddpw_probe_torch_cuda_stack("${DDPW_TORCH_CUDA_LIBRARY}")
+  ddpw_nccl_header_version("${DDPW_NCCL_INCLUDE_DIR}" DDPW_NCCL_HEADER_VERSION)
+  ddpw_check_cuda_stack(
+    TORCH_NCCL "${DDPW_TORCH_NCCL_VERSION}" LOADED_NCCL "${DDPW_LOADED_NCCL_VERSION}"
+    HEADER_NCCL "${DDPW_NCCL_HEADER_VERSION}" HEADER_DIR "${DDPW_NCCL_INCLUDE_DIR}"
+    TORCH_CUDA "${DDPW_TORCH_CUDART_VERSION}" TOOLKIT_CUDA "${CUDAToolkit_VERSION}" TOOLKIT_DIR "${CUDAToolkit_BIN_DIR}")
+  message(STATUS "ddp-workshop: NCCL ${DDPW_NCCL_HEADER_VERSION} (${DDPW_NCCL_INCLUDE_DIR}/nccl.h; LibTorch's: "
+                 "${DDPW_TORCH_NCCL_VERSION}), CUDA toolkit ${CUDAToolkit_VERSION} (LibTorch's runtime: "
+                 "${DDPW_TORCH_CUDART_VERSION})")
 endif()
 
 # Gloo's headers: c10d's ProcessGroupGloo.hpp includes them, but no LibTorch ships them. Only their
