@@ -2,11 +2,12 @@
 #   1. an explicit Torch_DIR or CMAKE_PREFIX_PATH (a libtorch archive, a cluster module);
 #   2. the active Python's torch (python3 on PATH, or -DPython3_EXECUTABLE=...);
 #   3. the torch that scripts/setup.sh installed ($DDPW_HOME, default ~/.cache/ddp-workshop);
-#   4. the system (Debian's libtorch-dev, with libgloo-dev for the Gloo headers).
-# Stops with a fix-it message when none is found. Sets DDPW_TORCH_CUDA (ON when this LibTorch
-# has CUDA, so the CUDA/NCCL code is compiled even on a machine without a GPU), DDPW_NCCL (the NCCL
-# backend is built; its nccl.h and the CUDA toolkit are checked against LibTorch's,
-# cmake/CudaStack.cmake) and DDPW_GLOO (Gloo's headers were found: CPU ranks can run).
+#   4. the system (/usr, /usr/local).
+# Stops with a fix-it message when none is found, or when it is older than the oldest LibTorch the
+# course supports (DDPW_OLDEST_TORCH: the one CI builds and tests). Sets DDPW_TORCH_CUDA (ON when
+# this LibTorch has CUDA, so the CUDA/NCCL code is compiled even on a machine without a GPU),
+# DDPW_NCCL (the NCCL backend is built; its nccl.h and the CUDA toolkit are checked against
+# LibTorch's, cmake/CudaStack.cmake) and DDPW_GLOO (Gloo's headers were found: CPU ranks can run).
 
 function(_ddpw_torch_prefix_from_python python out)
   execute_process(
@@ -87,8 +88,26 @@ if(NOT Torch_FOUND)
     "  - run scripts/setup.sh (installs the torch wheel into ~/.cache/ddp-workshop), or\n"
     "  - pip install torch, and configure with that python3 on PATH, or\n"
     "  - point at a libtorch: cmake -DCMAKE_PREFIX_PATH=/path/to/libtorch ..., or\n"
-    "  - on a cluster: module load the site's pytorch module before cmake, or\n"
-    "  - on Debian without PyPI: apt-get install libtorch-dev libgloo-dev")
+    "  - on a cluster: module load the site's pytorch module before cmake.")
+endif()
+
+# The oldest LibTorch the course supports is the one CI builds and tests (README: "Which LibTorch").
+# 1.x is refused: its API differs (no zero_grad(set_to_none), Backend vs ProcessGroup, a torchrun
+# store protocol 2.x launchers do not speak) and the tests do not compile with it. An older 2.x
+# may work but is untested: say so, loudly.
+set(DDPW_OLDEST_TORCH 2.11)
+set(_ddpw_torch_fix
+  "use torch ${DDPW_OLDEST_TORCH} or newer: pip install torch==2.11.0 into a venv (no root needed; "
+  "scripts/setup.sh does it in ~/.cache/ddp-workshop) and configure with its python3 first on PATH, or "
+  "module load a newer pytorch module")
+string(JOIN "" _ddpw_torch_fix ${_ddpw_torch_fix})
+if(Torch_VERSION AND Torch_VERSION VERSION_LESS 2)
+  message(FATAL_ERROR "LibTorch ${Torch_VERSION} (from ${_ddpw_torch_source}) is not supported: the oldest "
+                      "LibTorch this course builds with is ${DDPW_OLDEST_TORCH}.\nFix: ${_ddpw_torch_fix}.")
+elseif(Torch_VERSION AND Torch_VERSION VERSION_LESS DDPW_OLDEST_TORCH)
+  message(WARNING "LibTorch ${Torch_VERSION} (from ${_ddpw_torch_source}) is older than ${DDPW_OLDEST_TORCH}, "
+                  "the oldest this course is tested with: it may build and run, but nothing checks it. "
+                  "If it fails: ${_ddpw_torch_fix}.")
 endif()
 
 set(DDPW_TORCH_VERSION "${Torch_VERSION}")

@@ -60,8 +60,8 @@ elif [ "$(id -u)" -ne 0 ] && [ -n "${SLURM_CLUSTER_NAME:-}${MODULEPATH:-}" ]; th
   exit 1
 else
   if ! command -v nvcc >/dev/null; then
-    say "note: no nvcc on PATH. The torch wheel is CUDA-enabled and its CMake config needs nvcc;"
-    say "      install the CUDA toolkit, or use Debian's CPU LibTorch: apt-get install libtorch-dev libgloo-dev"
+    say "note: no nvcc on PATH. The torch wheel is CUDA-enabled and its CMake config needs nvcc:"
+    say "      install the CUDA toolkit of the wheel's CUDA major version (13), or load its module"
   fi
   say "installing torch==$DDPW_TORCH into $VENV (once; later runs reuse it)"
   mkdir -p "$DDPW_HOME"
