@@ -9,6 +9,7 @@
 set -euo pipefail
 root=${DDPW_ROOT:?DDPW_ROOT must point at the project}
 torch_dir=${DDPW_TORCH_DIR:?DDPW_TORCH_DIR must be the Torch_DIR of the build}
+PATH=$PATH:/usr/sbin:/sbin  # useradd, runuser: root's tools, not on every PATH
 skip() { echo "SKIP: $*"; exit 77; }
 fail() { echo "FAIL: $*"; exit 1; }
 has() { tr -s ' \n' ' ' <"$1" | grep -F -- "$2" >/dev/null; }  # CMake wraps its messages
