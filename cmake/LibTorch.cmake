@@ -21,7 +21,10 @@ function(_ddpw_torch_prefix_from_python python out)
 endfunction()
 
 set(_ddpw_torch_source "")
-if(Torch_DIR OR CMAKE_PREFIX_PATH)
+if(Torch_DIR AND DEFINED CACHE{_DDPW_TORCH_FOUND_DIR} AND Torch_DIR STREQUAL _DDPW_TORCH_FOUND_DIR)
+  # A reconfigure: find_package cached the Torch_DIR found the first time; say where that came from.
+  set(_ddpw_torch_source "${_DDPW_TORCH_FOUND_SOURCE}")
+elseif(Torch_DIR OR CMAKE_PREFIX_PATH)
   set(_ddpw_torch_source "explicit Torch_DIR/CMAKE_PREFIX_PATH")
 else()
   if(DEFINED Python3_EXECUTABLE)
@@ -109,6 +112,9 @@ elseif(Torch_VERSION AND Torch_VERSION VERSION_LESS DDPW_OLDEST_TORCH)
                   "the oldest this course is tested with: it may build and run, but nothing checks it. "
                   "If it fails: ${_ddpw_torch_fix}.")
 endif()
+
+set(_DDPW_TORCH_FOUND_DIR "${Torch_DIR}" CACHE INTERNAL "the Torch_DIR this build found")
+set(_DDPW_TORCH_FOUND_SOURCE "${_ddpw_torch_source}" CACHE INTERNAL "where that Torch_DIR came from")
 
 set(DDPW_TORCH_VERSION "${Torch_VERSION}")
 if(NOT DDPW_TORCH_VERSION)
