@@ -64,6 +64,8 @@ if(DDPW_MPIRUN)
             -e "^0 +[^ ]+ +0 of 2 +[0-9]+ +cpu "
             -e "^1 +[^ ]+ +1 of 2 +[0-9]+ +cpu "
             -e "^#   NCCL_DEBUG=INFO \\(all ranks\\)$"
+            -e "^# joined the gloo backend in [0-9.]+ s$"
+            -e "^# DDP check: Linear\\(42,3\\).* on 2 rank\\(s\\): same output on every rank .*: OK$"
             -e "^OK: 2 of 2 ranks reported$"
             -- ${_mpirun} -np 2 -x NCCL_DEBUG=INFO
                $<TARGET_FILE:hello> --device cpu --master-addr 127.0.0.1 --master-port 29611)
@@ -77,7 +79,8 @@ if(DDPW_MPIRUN)
             -- sh -c "rm -f \"$0\" && exec \"$@\"" "${_rdzv}"
                ${_mpirun} -np 2 $<TARGET_FILE:hello> --device cpu --init-method "file://${_rdzv}")
 
-  # Both ranks claim local rank 0 (a launch bug): every rank reports, and the run fails naming it.
+  # Both ranks claim local rank 0 (a launch bug): every rank reports, and the run fails naming it,
+  # before joining the backend.
   add_test(NAME diagnostics.hello.duplicate_local_rank
     COMMAND "${_expect}" --exit 1 --within 60
             -e "^# FAILED: ranks 0-1 both claim .*local rank 0 of 2"
@@ -113,6 +116,7 @@ if(DDPW_TORCHRUN)
     COMMAND "${_expect}" --exit 0 --within 90
             -e "^# hello: torchrun: rank 0 of 2"
             -e "^1 +[^ ]+ +1 of 2 +[0-9]+ +cpu "
+            -e "^# DDP check: .*: OK$"
             -e "^OK: 2 of 2 ranks reported$"
             -- "${DDPW_TORCHRUN}" --standalone --nproc_per_node=2 --no-python $<TARGET_FILE:hello> --device cpu)
 endif()
