@@ -96,14 +96,22 @@ void print_settings(const Options& o, const LaunchEnv& launch, const torch::Devi
 
 void print_rank_table(ProcessGroup* pg, const LaunchEnv& launch, const torch::Device& device,
                       const std::vector<std::pair<std::string, std::string>>& extra) {
-  std::string mine = std::to_string(launch.global_rank) + "\t" + host_name() + "\t" + std::to_string(launch.local_rank) +
-                     "\t" + device_name(device);
+  // The bus id tells GPUs apart where per-task CUDA_VISIBLE_DEVICES make every rank "cuda:0".
+  std::string mine = std::to_string(launch.global_rank) + "\t" + host_name() + "\t" +
+                     std::to_string(launch.local_rank) + "\t" + device_name(device) + "\t" +
+                     (device.is_cuda() ? gpu_bus_id(device) : "-");
   for (const auto& [name, value] : extra) mine += "\t" + (value.empty() ? std::string("-") : value);
   const auto all = pg ? pg->all_gather_strings(mine) : std::vector<std::string>{mine};
   if (launch.global_rank != 0) return;
-  std::vector<std::vector<std::string>> rows{{"rank", "host", "local rank", "device"}};
+  std::vector<std::vector<std::string>> rows{{"rank", "host", "local rank", "device", "GPU bus id"}};
   for (const auto& [name, value] : extra) rows[0].push_back(name);
-  for (const auto& row : all) rows.push_back(split_tabs(row));
+  bool any_gpu = false;
+  for (const auto& row : all) {
+    rows.push_back(split_tabs(row));
+    any_gpu = any_gpu || rows.back().at(4) != "-";
+  }
+  if (!any_gpu)  // a CPU run: the column would only say "-"
+    for (auto& row : rows) row.erase(row.begin() + 4);
   print_table(rows);
 }
 
