@@ -122,7 +122,7 @@ int worker(const ddp::Options& opt) {
   me.master_addr = ddp::env("MASTER_ADDR");
   me.master_port = ddp::env_int("MASTER_PORT");
   // TODO(step3): under srun: SLURM_PROCID, SLURM_LOCALID, SLURM_NTASKS (man srun, "OUTPUT ENVIRONMENT
-  //   VARIABLES"); master: the first node of SLURM_JOB_NODELIST, port: ddp::job_port(SLURM_JOB_ID).
+  //   VARIABLES"); rank 0 runs on the first node of SLURM_JOB_NODELIST; SLURM_JOB_ID gives the port.
   if (!me.global_rank && ddp::env("SLURM_PROCID")) {  // Slurm's srun
     me.global_rank = ddp::env_int("SLURM_PROCID");
     me.local_rank = ddp::env_int("SLURM_LOCALID");
