@@ -83,13 +83,26 @@ void check_writable_file(const std::string& program, const std::string& option, 
 
 }  // namespace
 
-Options parse_options(int argc, char** argv, const std::string& description, unsigned groups) {
-  return parse_options(argc, argv, description, groups, {});
+std::string default_snapshot_path(const ProgramId& p) {
+  if (p.name.empty()) return "snapshot.pt";
+  const std::string who = p.step >= 0 ? "step" + std::to_string(p.step) : p.name;
+  return "snapshot-" + who + (p.kind == "program" ? "" : "-" + p.kind) + ".pt";
+}
+
+Options parse_options(int argc, char** argv, unsigned groups, const ProgramId& program) {
+  return parse_options(argc, argv, program.about.empty() ? program.label() : program.about, groups, {}, program);
 }
 
 Options parse_options(int argc, char** argv, const std::string& description, unsigned groups,
-                      const AddOptions& add_options) {
+                      const ProgramId& program) {
+  return parse_options(argc, argv, description, groups, {}, program);
+}
+
+Options parse_options(int argc, char** argv, const std::string& description, unsigned groups,
+                      const AddOptions& add_options, const ProgramId& program_id) {
   Options o;
+  o.program = program_id;
+  o.snapshot_path = default_snapshot_path(program_id);
   const std::string program = base_name(argv[0]);
   CLI::App app{description, program};
   app.option_defaults()->always_capture_default();
@@ -122,6 +135,8 @@ Options parse_options(int argc, char** argv, const std::string& description, uns
         ->check(whole("--threads", 0, 1024));
     app.add_option("--snapshot", o.snapshot_path, "Snapshot file (resumed from if it exists)");
     app.add_flag("--fresh", o.fresh, "Ignore an existing snapshot and start from epoch 0");
+    app.add_flag("--deterministic", o.deterministic,
+                 "Deterministic kernels (cuDNN, cuBLAS): GPU runs that stop and resume end bit for bit equal");
     app.add_option("--metrics", o.metrics_path, "Per-epoch metrics CSV, written by rank 0");
     app.add_option("--log-every", o.log_every, "Progress line every N steps (0: every 30 s)")
         ->check(whole("--log-every", 0, 1 << 30));

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "ddp/launch_env.h"
+#include "ddp/program.h"
 
 namespace CLI {
 class App;
@@ -32,8 +33,9 @@ struct Options {
   uint64_t seed = 0;
   int threads = 0;              // intra-op threads per rank; 0: cores / ranks on this node
 
-  std::string snapshot_path = "snapshot.pt";
+  std::string snapshot_path = "snapshot.pt";  // parse_options: the program's own, see default_snapshot_path
   bool fresh = false;           // ignore an existing snapshot and start again
+  bool deterministic = false;   // deterministic kernels (GPU): a stopped run resumes bit for bit
   std::string metrics_path;     // per-epoch CSV, written by rank 0 (empty: none)
   int log_every = 0;            // progress line every N steps (0: every 30 s)
 
@@ -47,6 +49,8 @@ struct Options {
   bool find_unused_parameters = false;
   double rendezvous_timeout_s = 300;
   double collective_timeout_s = 600;
+
+  ProgramId program;            // which program parsed these (its snapshots record it)
 };
 
 // Which groups of options a program offers.
@@ -61,13 +65,24 @@ enum OptionGroups : unsigned {
 // option and the fix and exits 2. Also checks what can be checked before any work starts
 // (a file can be created next to the snapshot and the metrics file, the device string is
 // valid), and applies the per-workload defaults that are not the workload's own (batch size).
-Options parse_options(int argc, char** argv, const std::string& description, unsigned groups);
+// `program` is the calling program (its default snapshot path; its first source line is the
+// description --help shows); the default argument reads the caller's own target (program.h).
+Options parse_options(int argc, char** argv, unsigned groups, const ProgramId& program = this_program());
+
+// The same with a description of the program's own (the diagnostics, the benchmark, the tests).
+Options parse_options(int argc, char** argv, const std::string& description, unsigned groups,
+                      const ProgramId& program = this_program());
 
 // The same, plus a program's own options (e.g. the diagnostics' --min-bytes), added to the same
 // parser before parsing so that --help lists them and their errors read like the others.
 using AddOptions = std::function<void(CLI::App& app, Options& options)>;
 Options parse_options(int argc, char** argv, const std::string& description, unsigned groups,
-                      const AddOptions& add_options);
+                      const AddOptions& add_options, const ProgramId& program = this_program());
+
+// The program's own snapshot file, so that runs of different programs in one folder (step 2's
+// exercise and its solution, step 1 and step 2) never meet: "snapshot-step2-exercise.pt",
+// "snapshot-step2-solution.pt", "snapshot-step0.pt"; "snapshot.pt" outside a program target.
+std::string default_snapshot_path(const ProgramId& program);
 
 // --master-addr, --master-port and --init-method, for resolve_launch_env.
 LaunchOverrides launch_overrides(const Options& options);

@@ -66,6 +66,8 @@ std::string host_name() {
 
 void print_settings(const Options& o, const LaunchEnv& launch, const torch::Device& device, int threads, int global_rank) {
   if (global_rank != 0) return;
+  const char* workspace = std::getenv("CUBLAS_WORKSPACE_CONFIG");  // set by configure_compute
+  const std::string cublas_workspace = workspace ? workspace : "";
   std::vector<std::vector<std::string>> rows = {
       {"setting", "value"},
       {"launcher", launch.launcher},
@@ -85,6 +87,8 @@ void print_settings(const Options& o, const LaunchEnv& launch, const torch::Devi
       {"learning rate", number(base_learning_rate(o)) + (o.dataset == "synthetic" ? " (SGD)" : " (Adadelta)")},
       {"StepLR gamma", o.dataset == "synthetic" ? "(none: constant rate)" : number(o.gamma) + " per epoch"},
       {"seed", std::to_string(o.seed)},
+      {"deterministic", o.deterministic ? "on (CUBLAS_WORKSPACE_CONFIG=" + cublas_workspace + ")"
+                                        : "off (--deterministic: GPU runs resume bit for bit)"},
       {"snapshot", o.snapshot_path},
       {"metrics", o.metrics_path.empty() ? "(none)" : o.metrics_path},
       {"LibTorch", DDPW_TORCH_VERSION},

@@ -25,7 +25,8 @@ first_loss() { grep -m1 -E '^Epoch [0-9]+ \| train loss' "$1" | sed -E 's/.*trai
 last_loss()  { grep -E '^Epoch [0-9]+ \| train loss' "$1" | tail -n1 | sed -E 's/.*train loss ([0-9.e+-]+).*/\1/'; }
 
 # The checks every distributed run must pass: the loss fell, every rank ended with the same
-# weights, exactly `ranks` ranks reported, only rank 0 wrote the snapshot.
+# weights, exactly `ranks` ranks reported, only rank 0 wrote the snapshot (the program's own file,
+# snapshot-stepN-solution.pt by default).
 check_training_log() {
   local log=$1 ranks=$2 writer=$3
   local a b
@@ -39,6 +40,7 @@ check_training_log() {
   local writers
   writers=$(grep -E 'Training snapshot saved' "$log" | sed -E 's/^(\[[^]]*\]).*/\1/' | sort -u)
   [ "$writers" = "$writer" ] || fail "snapshot writers were '$writers', expected only '$writer'"
-  [ -s snapshot.pt ] || fail "no snapshot written"
+  local snapshots; snapshots=$(find . -maxdepth 1 -name 'snapshot-*.pt' -size +0)
+  [ "$(echo "$snapshots" | grep -c .)" -eq 1 ] || fail "expected one snapshot file, found: ${snapshots:-none}"
   echo "loss $a -> $b; $ranks ranks, weights checksum $sums; writer $writer"
 }
