@@ -1,7 +1,5 @@
 #include "ddp/device.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstdlib>
 #include <string>
@@ -41,20 +39,6 @@ torch::Device choose_device(const std::string& requested, int local_rank, int lo
   c10::cuda::set_device(static_cast<c10::DeviceIndex>(index));  // before any NCCL work
 #endif
   return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(index));
-}
-
-int choose_threads(int requested, int local_world_size) {
-  if (requested > 0) return requested;
-  // Never more than this rank's share of the cores: more threads than cores only slow it down.
-  const long cores = ::sysconf(_SC_NPROCESSORS_ONLN);
-  const int share = std::max(1, static_cast<int>(cores / std::max(1, local_world_size)));
-  for (const char* var : {"SLURM_CPUS_PER_TASK", "OMP_NUM_THREADS"}) {
-    if (const char* v = std::getenv(var)) {
-      const int n = std::atoi(v);
-      if (n > 0) return std::min(n, share);
-    }
-  }
-  return share;
 }
 
 std::string device_name(const torch::Device& device) {

@@ -7,6 +7,8 @@
 
 #include <string>
 
+#include "ddp/threads.h"  // choose_threads lives there now; kept visible to includers of device.h
+
 namespace ddp {
 
 // `requested`: auto | cpu | cuda | cuda:N. With cuda/auto and several local ranks, the GPU is the
@@ -15,10 +17,6 @@ torch::Device choose_device(const std::string& requested, int local_rank, int lo
 
 // Number of GPUs this process can see (0 without CUDA).
 int visible_gpus();
-
-// Intra-op threads: `requested`, else SLURM_CPUS_PER_TASK / OMP_NUM_THREADS capped at this rank's
-// share of the cores, else cores / ranks on this node.
-int choose_threads(int requested, int local_world_size);
 
 std::string device_name(const torch::Device& device);  // "cpu" or "cuda:0 (NVIDIA H100 ...)"
 
