@@ -2,7 +2,6 @@
 
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
-#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <fcntl.h>
@@ -19,6 +18,7 @@
 #include <thread>
 
 #include "ddp/error.h"
+#include "ddp/gloo_backend.h"
 #include "ddp/spawn.h"
 
 #ifdef DDPW_HAVE_NCCL
@@ -48,15 +48,6 @@ auto serve_on_socket(T& options, int fd, int) -> decltype(options.masterListenFd
 template <typename T>
 void serve_on_socket(T&, int fd, long) {
   ::close(fd);
-}
-
-// Gloo waits with its options' timeout while joining and with setTimeout's afterwards (2.x). 1.13
-// has no setTimeout: there the collective timeout serves for both.
-template <typename B>
-constexpr bool kHasSetTimeout = requires(B& b) { b.setTimeout(std::chrono::milliseconds{}); };
-template <typename B>
-void set_collective_timeout(B& backend, std::chrono::milliseconds t) {
-  if constexpr (kHasSetTimeout<B>) backend.setTimeout(t);
 }
 
 double seconds(std::chrono::milliseconds ms) { return static_cast<double>(ms.count()) / 1000.0; }
@@ -218,19 +209,7 @@ ProcessGroup::ProcessGroup(const LaunchEnv& launch, const torch::Device& device,
   const auto start = Clock::now();
   try {
     if (backend_name_ == "gloo") {
-      // Joining waits with the rendezvous timeout (Gloo's default would be the collective one,
-      // and five times that for a peer that published its address but never connects).
-      auto gloo = c10d::ProcessGroupGloo::Options::create(
-          kHasSetTimeout<c10d::ProcessGroupGloo> ? options.rendezvous_timeout : options.collective_timeout);
-      if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"))
-        gloo->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(ifname));
-      else if (is_loopback(launch.master_addr))
-        gloo->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
-      else
-        gloo->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
-      auto backend = c10::make_intrusive<c10d::ProcessGroupGloo>(backend_store, rank_, size_, gloo);
-      set_collective_timeout(*backend, options.collective_timeout);  // every collective from now on
-      backend_ = backend;
+      backend_ = make_gloo_backend(backend_store, rank_, size_, is_loopback(launch.master_addr), options);
     } else {
 #ifdef DDPW_HAVE_NCCL
       auto nccl = c10d::ProcessGroupNCCL::Options::create();
