@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include "ddp/device.h"
+#include "ddp/threads.h"
 
 namespace ddp {
 

@@ -1,7 +1,5 @@
 #include "ddp/device.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -57,20 +55,6 @@ int workers_per_node(const std::string& requested_device, int nproc) {
               "for --device cpu\n", gpus, gpus, nproc);
   std::fflush(stdout);
   return gpus;
-}
-
-int choose_threads(int requested, int local_world_size) {
-  if (requested > 0) return requested;
-  // Never more than this rank's share of the cores: more threads than cores only slow it down.
-  const long cores = ::sysconf(_SC_NPROCESSORS_ONLN);
-  const int share = std::max(1, static_cast<int>(cores / std::max(1, local_world_size)));
-  for (const char* var : {"SLURM_CPUS_PER_TASK", "OMP_NUM_THREADS"}) {
-    if (const char* v = std::getenv(var)) {
-      const int n = std::atoi(v);
-      if (n > 0) return std::min(n, share);
-    }
-  }
-  return share;
 }
 
 std::string device_name(const torch::Device& device) {

@@ -28,10 +28,6 @@ int workers_per_node(const std::string& requested_device, int nproc);
 // Number of GPUs this process can see (0 without CUDA).
 int visible_gpus();
 
-// Intra-op threads: `requested`, else SLURM_CPUS_PER_TASK / OMP_NUM_THREADS capped at this rank's
-// share of the cores, else cores / ranks on this node.
-int choose_threads(int requested, int local_world_size);
-
 std::string device_name(const torch::Device& device);  // "cpu" or "cuda:0 (NVIDIA H100 ...)"
 
 }  // namespace ddp

@@ -1,6 +1,8 @@
 #include "ddp/options.h"
 
+#include "ddp/error.h"
 #include "ddp/files.h"
+#include "ddp/spawn.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -105,7 +107,9 @@ Options parse_options(int argc, char** argv, const std::string& description, uns
   o.snapshot_path = default_snapshot_path(program_id);
   const std::string program = base_name(argv[0]);
   CLI::App app{description, program};
-  app.option_defaults()->always_capture_default();
+  // An option given twice keeps its last value: the batch scripts put their defaults (--device cuda,
+  // --snapshot) first, so what the user adds after them wins.
+  app.option_defaults()->always_capture_default()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   std::string fix;  // set by a failing number check: the fix for the error line
   auto whole = [&](const std::string& name, double lo, double hi) { return number_in(name, lo, hi, true, fix); };
   auto real = [&](const std::string& name, double lo, double hi) { return number_in(name, lo, hi, false, fix); };
@@ -141,20 +145,22 @@ Options parse_options(int argc, char** argv, const std::string& description, uns
     app.add_option("--log-every", o.log_every, "Progress line every N steps (0: every 30 s)")
         ->check(whole("--log-every", 0, 1 << 30));
   }
-  // A program that starts its own workers (step 1) meets them on this node at a fixed port, as
-  // upstream's multigpu.py does; the others take the master from the launcher.
+  // A program that starts its own workers (step 1) meets them on this node, at a port it picks
+  // (upstream's multigpu.py fixes 12355: two jobs on one node then collide); the others take the
+  // master from the launcher.
   const bool spawns = groups & kSpawnOptions;
-  if (spawns) {
+  if (spawns)
     app.add_option("--nproc", o.nproc, "Workers to start when no GPU is visible (else one per GPU)")
         ->check(whole("--nproc", 1, 1024));
-    o.master_port = kSpawnMasterPort;
-  }
+  CLI::Option* master_port = nullptr;
   if (groups & kDistributedOptions) {
     if (!spawns)
       app.add_option("--master-addr", o.master_addr, "Rendezvous host (default: from the launcher)");
-    app.add_option("--master-port", o.master_port,
-                   spawns ? "Rendezvous port on this node" : "Rendezvous port (default: from the launcher)")
-        ->check(whole("--master-port", spawns ? 1 : 0, 65535));
+    master_port = app.add_option("--master-port", o.master_port,
+                                 spawns ? "Rendezvous port on this node (default: a free port, chosen at start)"
+                                        : "Rendezvous port (default: from the launcher)")
+                      ->check(whole("--master-port", spawns ? 1 : 0, 65535));
+    if (spawns) master_port->default_str("");  // not "=0": the default is chosen at start
     if (!spawns)
       app.add_option("--init-method", o.init_method, "file:///shared/path: rendezvous through a file");
     app.add_option("--backend", o.backend, "Process-group backend")->check(CLI::IsMember({"auto", "gloo", "nccl"}));
@@ -193,6 +199,14 @@ Options parse_options(int argc, char** argv, const std::string& description, uns
       std::fprintf(stderr, "%s: note: --fresh ignored: this is restart %s of the job (%s), which resumes\n",
                    program.c_str(), n, restarts);
       o.fresh = false;
+    }
+  }
+  // Chosen after parsing, so --help and a bad option bind nothing (spawn.h: held until rank 0 serves).
+  if (spawns && (master_port == nullptr || master_port->count() == 0)) {
+    try {
+      o.master_port = spawn_master_port();
+    } catch (const Error& e) {
+      usage_error(program, e.what(), e.hint());
     }
   }
   if (groups & kTrainingOptions) {

@@ -16,7 +16,6 @@ class App;
 namespace ddp {
 
 inline constexpr int kCnnBatchSize = 64;       // --dataset mnist|fashion-mnist: the seed's batch
-inline constexpr int kSpawnMasterPort = 12355;  // step 1's rendezvous port, as upstream's multigpu.py
 
 struct Options {
   // The upstream tutorial's positional form: `step0_single_gpu 50 10`.
@@ -42,7 +41,7 @@ struct Options {
   // Distributed settings (steps 1-3 and the diagnostics).
   int nproc = 2;                // step 1: workers to start when there is no GPU
   std::string master_addr;      // empty: from the launcher (not offered with kSpawnOptions)
-  int master_port = 0;          // 0: from the launcher; kSpawnMasterPort with kSpawnOptions
+  int master_port = 0;          // 0: from the launcher; with kSpawnOptions a free port (spawn_master_port)
   std::string init_method;      // file:///shared/path instead of a TCP store
   std::string backend = "auto"; // auto | gloo | nccl
   double bucket_mb = 25;        // gradient bucket size, as PyTorch's bucket_cap_mb
@@ -58,7 +57,8 @@ enum OptionGroups : unsigned {
   kTrainingOptions = 1u << 0,     // positional epochs/save_every and the training settings
   kDistributedOptions = 1u << 1,  // backend, buckets, timeouts, master address
   kSpawnOptions = 1u << 2,        // --nproc; the workers meet on this node (no --master-addr,
-                                  // no --init-method; --master-port defaults to kSpawnMasterPort)
+                                  // no --init-method; --master-port defaults to a free port that
+                                  // the parent holds for rank 0: see spawn_master_port)
 };
 
 // Parses argv into Options. --help prints and exits 0; a bad value prints one line naming the

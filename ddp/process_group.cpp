@@ -26,6 +26,7 @@
 #include "ddp/gpu_sharing.h"
 #include "ddp/run_report.h"
 #include "ddp/stop_signal.h"
+#include "ddp/spawn.h"
 
 #ifdef DDPW_HAVE_NCCL
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
@@ -44,6 +45,18 @@ auto disable_libuv(T& options, int) -> decltype(options.useLibUV = false, void()
 template <typename T>
 void disable_libuv(T&, long) {}
 
+// Serve on a socket that is already bound and listening (step 1: the parent chose a free port and
+// held it, spawn.h), as torchrun hands its socket to the store. A LibTorch without
+// masterListenFd binds the port itself: the socket is closed just before, freeing the port.
+template <typename T>
+auto serve_on_socket(T& options, int fd, int) -> decltype(options.masterListenFd = fd, void()) {
+  options.masterListenFd = fd;
+}
+template <typename T>
+void serve_on_socket(T&, int fd, long) {
+  ::close(fd);
+}
+
 double seconds(std::chrono::milliseconds ms) { return static_cast<double>(ms.count()) / 1000.0; }
 
 std::string fmt_seconds(double s) {
@@ -57,7 +70,7 @@ bool contains(const std::string& text, const char* needle) { return text.find(ne
 // How to choose another master port, in the words of whoever set this one. (Under torchrun 2.x
 // the agent serves the store and rank 0 binds nothing: a taken port there is one set by hand.)
 std::string other_port_hint(const LaunchEnv& launch) {
-  if (launch.launcher == "options") return "choose another port: --master-port N";
+  if (launch.launcher == "options") return "leave out --master-port (step 1 then picks a free port), or choose another";
   return "choose another port: export MASTER_PORT=N (torchrun: --master-port N) or pass --master-port N; "
          "e.g. 20000 + job id % 20000, so jobs sharing a node differ";
 }
@@ -129,6 +142,8 @@ c10::intrusive_ptr<c10d::Store> rendezvous(const LaunchEnv& launch, std::chrono:
   options.waitWorkers = !launch.agent_store;
   options.timeout = timeout;
   disable_libuv(options, 0);
+  if (options.isServer)
+    if (const int fd = take_spawn_listen_socket(launch.master_port); fd >= 0) serve_on_socket(options, fd, 0);
   const auto start = Clock::now();
   const auto unreachable = [&] {
     const double waited = std::chrono::duration<double>(Clock::now() - start).count();

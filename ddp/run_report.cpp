@@ -9,6 +9,7 @@
 
 #include "ddp/device.h"
 #include "ddp/process_group.h"
+#include "ddp/threads.h"
 #include "ddp/workload.h"
 
 namespace ddp {
@@ -56,6 +57,12 @@ std::string absolute(const std::string& path) {
   return ::realpath(path.c_str(), resolved) != nullptr ? resolved : path + " (not found)";
 }
 
+// "8 (SLURM_CPUS_PER_TASK=16 / 2 workers)": where the count comes from, when it is thread_choice's.
+std::string threads_with_reason(const Options& o, const LaunchEnv& launch, int threads) {
+  const ThreadChoice choice = thread_choice(o.threads, launch.local_world_size);
+  return std::to_string(threads) + (choice.count == threads ? " (" + choice.why + ")" : "");
+}
+
 }  // namespace
 
 std::string host_name() {
@@ -77,7 +84,7 @@ void print_settings(const Options& o, const LaunchEnv& launch, const torch::Devi
                      : launch.init_method.empty() ? launch.master_addr + ":" + std::to_string(launch.master_port)
                                                   : launch.init_method},
       {"device (rank 0)", device_name(device)},
-      {"threads per rank", std::to_string(threads)},
+      {"threads per rank", threads_with_reason(o, launch, threads)},
       {"dataset", o.dataset},
       {"data folder", o.dataset == "synthetic" ? "(none: generated)" : absolute(data_folder(o))},
       {"epochs / save every", std::to_string(o.total_epochs) + " / " + std::to_string(o.save_every)},

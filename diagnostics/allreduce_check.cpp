@@ -16,7 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "ddp/device.h"         // defines: choose_device, choose_threads, device_name
+#include "ddp/device.h"         // defines: choose_device, device_name
+#include "ddp/threads.h"        // defines: choose_threads
 #include "ddp/error.h"          // defines: run_main
 #include "ddp/launch_env.h"     // defines: resolve_launch_env, describe
 #include "ddp/options.h"        // defines: parse_options, launch_overrides

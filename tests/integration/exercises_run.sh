@@ -10,9 +10,7 @@ for step in step0_single_gpu step1_multigpu_fork step2_env_launch step3_multinod
   n=${step:4:1}
   snapshot=snapshot-step$n-exercise.pt
   [ "$n" = 0 ] && snapshot=snapshot-step0.pt  # the starting program: no exercise, no solution
-  port=()
-  [ "$step" = step0_single_gpu ] || port=(--master-port 29713)
-  MASTER_PORT=29713 run_logged "$step.log" "$BIN/$step" 2 1 --device cpu "${port[@]}" \
+  MASTER_PORT=$(free_port) run_logged "$step.log" "$BIN/$step" 2 1 --device cpu \
     || { cat "$step.log"; fail "exercise $step does not run"; }
   [ -s "$snapshot" ] || fail "exercise $step wrote no $snapshot"
   echo "exercise $step: runs ($(last_loss "$step.log") final loss, $snapshot)"

@@ -1,8 +1,10 @@
 # Shared helpers of the integration tests (sourced). Every test runs in its own temp folder,
-# uses its own port, and ends only the processes it started.
+# uses its own free port (never a fixed one: two test runs at once would meet), and ends only the
+# processes it started.
 # shellcheck shell=bash
 set -euo pipefail
 BIN=${DDPW_BIN:?DDPW_BIN must point at build/bin}
+export BIN
 VENV_BIN=${DDPW_HOME:-$HOME/.cache/ddp-workshop}/venv/bin
 [ -d "$VENV_BIN" ] && PATH=$PATH:$VENV_BIN
 WORK=$(mktemp -d /tmp/ddpw-it.XXXXXX)
@@ -10,6 +12,9 @@ trap 'rm -rf "$WORK"' EXIT
 cd "$WORK"
 
 fail() { echo "FAIL: $*" >&2; exit 1; }
+
+# A TCP port nobody listens on now (the kernel picks it; the test uses it at once).
+free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 pass() { echo "PASS: $*"; }
 
 # Runs a command with a hard time limit, output to a log; returns its exit code.
@@ -31,7 +36,7 @@ check_training_log() {
   local log=$1 ranks=$2 writer=$3
   local a b
   a=$(first_loss "$log"); b=$(last_loss "$log")
-  [ -n "$a" ] && [ -n "$b" ] || fail "no epoch lines in $log"
+  if [ -z "$a" ] || [ -z "$b" ]; then fail "no epoch lines in $log"; fi
   awk -v a="$a" -v b="$b" 'BEGIN { exit !(b < a) }' || fail "loss did not fall ($a -> $b)"
   local sums
   sums=$(grep -E 'final weights checksum' "$log" | awk '{print $NF}' | sort -u)
