@@ -15,7 +15,7 @@ require_slurm
 require_programs hello allreduce_check solutions/step1_multigpu_fork solutions/step2_env_launch \
                  solutions/step3_multinode_slurm
 case $site in
-  hipergator|puhti) require_torchrun ;;
+  delta|della|hipergator|puhti) require_torchrun ;;
   supercloud) command -v mpirun >/dev/null || fail "mpirun not found: apt-get install openmpi-bin" ;;
 esac
 nodes=2; [ "$site" = hipergator ] && nodes=4   # its 4 nodes x 1 GPU variant
