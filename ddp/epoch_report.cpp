@@ -6,6 +6,7 @@
 
 #include "ddp/error.h"
 #include "ddp/process_group.h"
+#include "ddp/weights_io.h"
 
 namespace ddp {
 
@@ -110,15 +111,22 @@ void EpochReporter::end_training(Model& model) {
     checksum += (flat * torch::arange(1, flat.numel() + 1, torch::kFloat64)).sum().item<double>();
   }
   fmt::print("{} final weights checksum {:.17g}\n", tag_, checksum);
-  if (!pg_) return;
-  auto root = torch::tensor({checksum}, torch::kFloat64).to(device_);
-  std::vector<torch::Tensor> t{root};
-  pg_->broadcast(t, 0, "final weights check");
-  auto differs = torch::tensor({root.item<double>() != checksum ? 1.0 : 0.0}, torch::kFloat64).to(device_);
-  pg_->allreduce_sum(differs, "final weights check");
-  if (differs.item<double>() > 0)
-    throw Error("the ranks' final weights differ: the replicas went out of sync",
-                "this is a bug in gradient synchronisation; rerun with NCCL_DEBUG=INFO and report it");
+  if (pg_) {
+    auto root = torch::tensor({checksum}, torch::kFloat64).to(device_);
+    std::vector<torch::Tensor> t{root};
+    pg_->broadcast(t, 0, "final weights check");
+    auto differs = torch::tensor({root.item<double>() != checksum ? 1.0 : 0.0}, torch::kFloat64).to(device_);
+    pg_->allreduce_sum(differs, "final weights check");
+    if (differs.item<double>() > 0)
+      throw Error("the ranks' final weights differ: the replicas went out of sync",
+                  "this is a bug in gradient synchronisation; rerun with NCCL_DEBUG=INFO and report it");
+  }
+  // After the check, so that only weights every rank agrees on are exported.
+  if (launch_.global_rank == 0 && !options_.export_weights_path.empty()) {
+    export_weights(options_.export_weights_path, model);
+    fmt::print("{} Weights exported to {} (Python: torch.load; see python/README.md)\n", tag_,
+               options_.export_weights_path);
+  }
 }
 
 }  // namespace ddp

@@ -70,7 +70,8 @@ class EpochReporter {
   void end_epoch(EpochLog& log, Model& model);
 
   // Every rank prints a checksum of its final weights (equal on all ranks when DDP kept them in
-  // sync) and the ranks compare theirs with rank 0's: a mismatch is an error.
+  // sync) and the ranks compare theirs with rank 0's: a mismatch is an error. Then, with
+  // --export-weights, rank 0 writes the model's state_dict for Python (weights_io.h).
   void end_training(Model& model);
 
  private:

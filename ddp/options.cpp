@@ -144,6 +144,10 @@ Options parse_options(int argc, char** argv, const std::string& description, uns
     app.add_option("--metrics", o.metrics_path, "Per-epoch metrics CSV, written by rank 0");
     app.add_option("--log-every", o.log_every, "Progress line every N steps (0: every 30 s)")
         ->check(whole("--log-every", 0, 1 << 30));
+    app.add_option("--init-weights", o.init_weights_path,
+                   "Start from a state_dict saved in Python by torch.save (a snapshot, if resumed, wins)");
+    app.add_option("--export-weights", o.export_weights_path,
+                   "At the end rank 0 writes the model's state_dict here, for Python's torch.load");
   }
   // A program that starts its own workers (step 1) meets them on this node, at a port it picks
   // (upstream's multigpu.py fixes 12355: two jobs on one node then collide); the others take the
@@ -214,6 +218,10 @@ Options parse_options(int argc, char** argv, const std::string& description, uns
     if (batch_size->count() == 0 && o.dataset != "synthetic") o.batch_size = kCnnBatchSize;
     check_writable_file(program, "--snapshot", o.snapshot_path, /*written_in_place=*/false);
     check_writable_file(program, "--metrics", o.metrics_path, /*written_in_place=*/true);
+    check_writable_file(program, "--export-weights", o.export_weights_path, /*written_in_place=*/false);
+    if (!o.init_weights_path.empty() && !path_exists(o.init_weights_path))
+      usage_error(program, "--init-weights '" + o.init_weights_path + "' does not exist",
+                  "save it in Python with torch.save(model.state_dict(), path), or check the path");
   }
   return o;
 }

@@ -37,6 +37,8 @@ struct Options {
   bool deterministic = false;   // deterministic kernels (GPU): a stopped run resumes bit for bit
   std::string metrics_path;     // per-epoch CSV, written by rank 0 (empty: none)
   int log_every = 0;            // progress line every N steps (0: every 30 s)
+  std::string init_weights_path;    // a state_dict from Python's torch.save to start from (weights_io.h)
+  std::string export_weights_path;  // rank 0 writes the final state_dict here for Python's torch.load
 
   // Distributed settings (steps 1-3 and the diagnostics).
   int nproc = 2;                // step 1: workers to start when there is no GPU

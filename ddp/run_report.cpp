@@ -100,6 +100,10 @@ void print_settings(const Options& o, const LaunchEnv& launch, const torch::Devi
       {"metrics", o.metrics_path.empty() ? "(none)" : o.metrics_path},
       {"LibTorch", DDPW_TORCH_VERSION},
   };
+  // The weights bridge to Python (weights_io.h): rows only when used.
+  using Row = std::vector<std::string>;
+  if (!o.init_weights_path.empty()) rows.insert(rows.end() - 1, Row{"initial weights", o.init_weights_path});
+  if (!o.export_weights_path.empty()) rows.insert(rows.end() - 1, Row{"export weights to", o.export_weights_path});
   print_table(rows);
   if (!launch.warning.empty()) std::printf("warning: %s\n", launch.warning.c_str());
   std::fflush(stdout);

@@ -1,15 +1,8 @@
 #include "ddp/snapshot.h"
 
-#include <dirent.h>
-#include <fcntl.h>
-#include <signal.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <array>
 #include <cerrno>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -60,16 +53,6 @@ T take(const std::string& in, size_t offset) {
 Error snapshot_error(const std::string& path, const std::string& why) {
   return Error("snapshot '" + path + "' " + why + "; it was left untouched",
                "restore a good copy, or start again with --fresh (or another --snapshot path)");
-}
-
-void write_all(int fd, const std::string& data, const std::string& path) {
-  size_t done = 0;
-  while (done < data.size()) {
-    const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) throw Error("cannot write '" + path + "': " + std::strerror(errno), "check free space and quota (df -h, quota)");
-    done += static_cast<size_t>(n);
-  }
 }
 
 void write_tensors(torch::serialize::OutputArchive& archive, torch::nn::Module& model) {
@@ -163,20 +146,6 @@ std::optional<torch::serialize::InputArchive> open_archive(const std::string& pa
   return archive;
 }
 
-// A save killed mid-write leaves <path>.tmp.<pid> behind: remove those whose writer is gone.
-void remove_stale_temp_files(const std::string& path) {
-  const std::string dir = parent_dir(path), prefix = base_name(path) + ".tmp.";
-  DIR* d = ::opendir(dir.c_str());
-  if (!d) return;
-  while (const dirent* e = ::readdir(d)) {
-    const std::string name = e->d_name;
-    if (name.rfind(prefix, 0) != 0) continue;
-    const int pid = std::atoi(name.c_str() + prefix.size());
-    if (pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH) ::unlink((dir + "/" + name).c_str());
-  }
-  ::closedir(d);
-}
-
 torch::Device device_of(torch::nn::Module& model) {
   auto params = model.parameters();
   return params.empty() ? torch::Device(torch::kCPU) : params.front().device();
@@ -213,32 +182,8 @@ void save_snapshot(const Options& options, torch::nn::Module& model, torch::opti
   put<uint64_t>(file, payload.size());
   put<uint32_t>(file, crc32(payload));
   file += payload;
-
-  // Temp file in the same folder, fsync, rename over the old one, fsync the folder: a crash at
-  // any moment leaves either the old snapshot or the new one, never a torn file.
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) throw Error("cannot create '" + tmp + "': " + std::strerror(errno), "choose a writable --snapshot path");
-  try {
-    write_all(fd, file, tmp);
-    if (::fsync(fd) != 0) throw Error("cannot flush '" + tmp + "': " + std::strerror(errno), "check the filesystem");
-  } catch (...) {
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    throw;
-  }
-  ::close(fd);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const std::string why = std::strerror(errno);
-    ::unlink(tmp.c_str());
-    throw Error("cannot replace '" + path + "': " + why, "choose a writable --snapshot path");
-  }
-  const int dfd = ::open(parent_dir(path).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
-  }
-  remove_stale_temp_files(path);
+  // Temp file, fsync, rename: a crash at any moment leaves the old snapshot or the new one.
+  write_file_atomically(path, file, "--snapshot");
 }
 
 std::optional<TrainingState> load_snapshot(const Options& options, torch::nn::Module& model,
