@@ -13,7 +13,8 @@
 #include <string>
 
 #include "ddp/data.h"          // defines: DistributedSampler, Loader (the first training batch)
-#include "ddp/device.h"        // defines: choose_device, choose_threads
+#include "ddp/compute.h"       // defines: configure_compute (threads)
+#include "ddp/device.h"        // defines: choose_device
 #include "ddp/epoch_report.h"  // defines: EpochReporter (checksum, --export-weights)
 #include "ddp/error.h"         // defines: run_main
 #include "ddp/options.h"       // defines: Options, parse_options
@@ -66,8 +67,8 @@ int main(int argc, char** argv) {
   if (batch_size->count() == 0 && opt.dataset != "synthetic") opt.batch_size = ddp::kCnnBatchSize;
   return ddp::run_main([&] {
     const torch::Device device = ddp::choose_device(opt.device, /*local_rank=*/0, /*local_world_size=*/1);
-    const int threads = ddp::choose_threads(opt.threads, /*local_world_size=*/1);
-    torch::set_num_threads(threads);
+    const ddp::LaunchEnv one_process;  // rank 0 of 1
+    ddp::configure_compute(opt, one_process);
     const ddp::Workload workload = ddp::make_workload(opt);
     auto model = workload.make_model(device);  // seeded, or --init-weights
     std::string source = "the seeded initial model (--seed " + std::to_string(opt.seed) + ")";
@@ -99,9 +100,8 @@ int main(int argc, char** argv) {
       std::printf("test loss %.17g (%lld samples)\n", test.loss, static_cast<long long>(test.samples));
     std::fflush(stdout);
     // What a step does at its end: the weights checksum and, with --export-weights, the export.
-    ddp::EpochReporter reporter(opt, workload, device, /*pg=*/nullptr, /*global_rank=*/0, /*world_size=*/1,
-                                /*local_world_size=*/1, threads);
-    reporter.end_training(*model, device.is_cuda() ? "[GPU0]" : "[CPU0]");
+    ddp::EpochReporter reporter(opt, one_process, device, workload, /*pg=*/nullptr);
+    reporter.end_training(*model);
     return ddp::kExitOk;
   });
 }
