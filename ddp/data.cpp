@@ -23,7 +23,9 @@ bool is_placed_on(const torch::Device& where, const torch::Device& device) {
 
 const Dataset& Dataset::on(const torch::Device& device) const {
   if (is_placed_on(inputs.device(), device)) return *this;
-  if (!on_device_ || on_device_from_ != inputs.unsafeGetTensorImpl() || !is_placed_on(on_device_->inputs.device(), device)) {
+  const bool have_copy = on_device_ && on_device_from_ == inputs.unsafeGetTensorImpl() &&
+                         is_placed_on(on_device_->inputs.device(), device);
+  if (!have_copy) {
     auto copy = std::make_shared<Dataset>();
     // Once per dataset and run: a plain (blocking) copy, as compact as the data are stored.
     copy->inputs = inputs.to(device);

@@ -8,7 +8,8 @@ namespace ddp {
 
 torch::Tensor Sgd::step(LossClosure closure) {
   bool all_foreach = true;
-  for (const auto& group : param_groups_) all_foreach = all_foreach && optim_detail::use_foreach(foreach_, group.params());
+  for (const auto& group : param_groups_)
+    all_foreach = all_foreach && optim_detail::use_foreach(foreach_, group.params());
   if (!all_foreach) return torch::optim::SGD::step(std::move(closure));  // the per-tensor step, unchanged
 
   torch::NoGradGuard no_grad;
