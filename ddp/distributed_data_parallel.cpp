@@ -276,7 +276,12 @@ void GradientReducer::finish_backward() {
       used_anywhere_.copy_(used_here_);
     auto used_work = sum_over_ranks(used_list_);
     if (!all_used_here) {
-      wait_for(used_work, "allreduce of which parameters have gradients");
+      // The host reads the sum: on NCCL it waits the way every host read does (watching for
+      // failures, the timeout and a stop request), not blind inside a CUDA copy.
+      if (used_work && pg_->backend_name() == "nccl")
+        pg_->wait_on_host(used_work, "allreduce of which parameters have gradients");
+      else
+        wait_for(used_work, "allreduce of which parameters have gradients");
       const auto anywhere = used_anywhere_.cpu();
       const auto* counts = anywhere.data_ptr<int32_t>();
       for (size_t i = 0; i < params_.size(); ++i) keep_undefined_[i] = counts[i] == 0;
