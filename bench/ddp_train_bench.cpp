@@ -16,10 +16,14 @@
 // --mode local: no gradient exchange at all (each rank trains alone on its shard): the baseline
 //   that says what the machine gives N ranks that do not communicate, and so what DDP costs.
 // --allreduce-bytes N: instead of training, the allreduce bus bandwidth of an N-byte buffer next
-//   to rank 0's memcpy bandwidth.
+//   to rank 0's memcpy bandwidth (on a GPU: a device-to-device copy of the same size).
 // A timed step = cut the batch, zero_grad, forward, loss, backward, (naive: allreduce), optimizer
 // step. Each step's time is the slowest rank's; the table shows the median. The final OK/FAILED
 // line checks that all ranks ended with identical parameters and a finite loss (exit code 1 if not).
+// Like-for-like with bench/python_ddp.py on a GPU: batches cut on the device, multi-tensor
+// (foreach) optimizers, gradients as bucket views, cudnn.benchmark and TF32 set the same way,
+// steps timed with CUDA events (no synchronization inside a step), and the host synchronizations
+// inside the timed steps counted with CUDA's sync debug mode.
 #include <sys/resource.h>
 #include <torch/torch.h>  // defines: tensors, nn, optim
 
@@ -49,6 +53,12 @@
 #include "ddp/models.h"                    // defines: Model, LinearRegressor, MnistCnn
 #include "ddp/process_group.h"             // defines: ProcessGroup (Gloo / NCCL)
 #include "ddp/run_report.h"                // defines: host_name
+#include "ddp/sgd.h"                       // defines: Sgd (multi-tensor on GPUs, as torch.optim.SGD)
+#include "ddp/sync_counter.h"              // defines: SyncCounter (host synchronizations per step)
+
+#ifdef DDPW_HAVE_CUDA
+#include <ATen/cuda/CUDAEvent.h>           // defines: CUDAEvent (step timing on a GPU)
+#endif
 
 namespace {
 
@@ -71,6 +81,7 @@ struct BenchOptions {
   double timeout_s = 300;
   bool no_header = false;
   int64_t allreduce_bytes = 0;  // > 0: measure bandwidth instead of training
+  std::string tf32 = "off";     // CUDA: TF32 for matmul and cuDNN (python_ddp.py sets the same)
 };
 
 BenchOptions parse(int argc, char** argv) {
@@ -105,6 +116,8 @@ BenchOptions parse(int argc, char** argv) {
   app.add_option("--allreduce-bytes", o.allreduce_bytes,
                  "Measure allreduce bus bandwidth of a buffer this size (and memcpy) instead of training")
       ->check(CLI::Range(int64_t{4}, int64_t{1} << 34));
+  app.add_option("--tf32", o.tf32, "CUDA: TensorFloat-32 in matmuls and convolutions (cudnn.benchmark stays off)")
+      ->check(CLI::IsMember({"off", "on"}));
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -171,10 +184,11 @@ Workload make_workload(const BenchOptions& o, const torch::Device& device) {
     w.loss = [](const torch::Tensor& out, const torch::Tensor& y) { return torch::cross_entropy_loss(out, y); };
   }
   w.model->to(device);
+  // Multi-tensor kernels on a GPU, one tensor at a time on the CPU: torch.optim's defaults.
   if (o.workload == "cnn")
     w.optimizer = std::make_unique<ddp::Adadelta>(w.model->parameters(), 1.0);
   else
-    w.optimizer = std::make_unique<torch::optim::SGD>(w.model->parameters(), torch::optim::SGDOptions(1e-2));
+    w.optimizer = std::make_unique<ddp::Sgd>(w.model->parameters(), torch::optim::SGDOptions(1e-2));
   return w;
 }
 
@@ -264,6 +278,81 @@ void sync_device(const torch::Device& device) {
   if (device.is_cuda()) torch::cuda::synchronize(device.index());
 }
 
+// cudnn.benchmark off and TF32 on or off for both matmuls and cuDNN: the settings python_ddp.py
+// makes with torch.backends (the same switches of the same library), so neither side differs by
+// a default.
+void set_cuda_math(const BenchOptions& o) {
+  at::globalContext().setBenchmarkCuDNN(false);
+  at::globalContext().setAllowTF32CuBLAS(o.tf32 == "on");
+  at::globalContext().setAllowTF32CuDNN(o.tf32 == "on");
+}
+
+std::string cuda_math() {
+  auto on_off = [](bool b) { return b ? "on" : "off"; };
+  return std::string("cudnn.benchmark ") + on_off(at::globalContext().benchmarkCuDNN()) + ", TF32 matmul " +
+         on_off(at::globalContext().allowTF32CuBLAS()) + ", TF32 cuDNN " + on_off(at::globalContext().allowTF32CuDNN());
+}
+
+// The timed steps' times. CPU: the host's steady clock around each step. GPU: CUDA events recorded
+// on the current stream at the step's start, after its forward pass and at its end, read once all
+// steps are done: nothing in a step waits for the GPU, and the GPU's time is measured (events are
+// created before the loop: creating one inside a step would cost a driver call).
+class StepTimes {
+ public:
+  StepTimes(const torch::Device& device, int steps) : cuda_(device.is_cuda()) {
+    host_.resize(3 * static_cast<size_t>(steps));
+#ifdef DDPW_HAVE_CUDA
+    if (cuda_) {
+      events_.reserve(3 * static_cast<size_t>(steps));
+      for (int i = 0; i < 3 * steps; ++i) {
+        events_.emplace_back(cudaEventDefault);  // with timing (the default disables it)
+        events_.back().record();
+      }
+      sync_device(device);
+    }
+#endif
+  }
+  const char* method() const {
+    return cuda_ ? "CUDA events on the current stream, read after the last step (no synchronization inside a step)"
+                 : "the host's steady clock around each step";
+  }
+  void mark(int step, int which) {  // which: 0 start, 1 forward done, 2 end
+    const size_t k = 3 * static_cast<size_t>(step) + static_cast<size_t>(which);
+#ifdef DDPW_HAVE_CUDA
+    if (cuda_) {
+      events_[k].record();
+      return;
+    }
+#endif
+    host_[k] = Clock::now();
+  }
+  // Seconds per step (start to end) and per forward pass (start to forward done).
+  void collect(std::vector<double>& steps, std::vector<double>& forwards) const {
+    const size_t n = host_.size() / 3;
+    steps.resize(n);
+    forwards.resize(n);
+    for (size_t i = 0; i < n; ++i) {
+#ifdef DDPW_HAVE_CUDA
+      if (cuda_) {
+        events_[3 * i + 2].synchronize();  // after the loop: the timed steps are over
+        steps[i] = 1e-3 * events_[3 * i].elapsed_time(events_[3 * i + 2]);
+        forwards[i] = 1e-3 * events_[3 * i].elapsed_time(events_[3 * i + 1]);
+        continue;
+      }
+#endif
+      steps[i] = std::chrono::duration<double>(host_[3 * i + 2] - host_[3 * i]).count();
+      forwards[i] = std::chrono::duration<double>(host_[3 * i + 1] - host_[3 * i]).count();
+    }
+  }
+
+ private:
+  bool cuda_;
+  std::vector<Clock::time_point> host_;
+#ifdef DDPW_HAVE_CUDA
+  std::vector<at::cuda::CUDAEvent> events_;
+#endif
+};
+
 int train_bench(const BenchOptions& o, const ddp::LaunchEnv& launch, ddp::ProcessGroup& pg,
                 const torch::Device& device) {
   const int rank = pg.rank(), world = pg.size();
@@ -285,37 +374,40 @@ int train_bench(const BenchOptions& o, const ddp::LaunchEnv& launch, ddp::Proces
   ddp::Model& model = *w.model;
 
   ddp::DistributedSampler sampler(w.data.size(), world, rank, o.seed);
-  ddp::Loader loader(w.data, sampler, o.batch_size, device);
+  ddp::Loader loader(w.data, sampler, o.batch_size, device);  // on a GPU the data move there once
   const int64_t steps_per_epoch = loader.steps();
   DDP_CHECK(steps_per_epoch > 0, "the dataset has no batch for this rank", "use more --samples or fewer ranks");
 
   model.train();
-  std::vector<double> times, forward_times;  // whole step; forward pass (batch, model, loss)
-  times.reserve(o.steps);
-  forward_times.reserve(o.steps);
-  double last_loss = NAN, cpu_start = 0;
+  StepTimes timer(device, o.steps);
+  ddp::SyncCounter syncs;
+  torch::Tensor final_loss;
+  double cpu_start = 0;
   for (int64_t step = 0; step < o.warmup + o.steps; ++step) {
-    if (step == o.warmup) cpu_start = process_cpu_seconds();
-    const auto t0 = Clock::now();
+    const int timed = static_cast<int>(step - o.warmup);  // < 0 during warm-up
+    if (timed == 0) {
+      sync_device(device);  // the warm-up's work is done before the first timed step
+      cpu_start = process_cpu_seconds();
+      if (device.is_cuda()) syncs.start();
+    }
+    if (timed >= 0) timer.mark(timed, 0);
     const int64_t epoch = step / steps_per_epoch;
     if (epoch != sampler.epoch()) sampler.set_epoch(epoch);
     ddp::Batch batch = loader.batch(step % steps_per_epoch);
     w.optimizer->zero_grad();
     torch::Tensor loss = w.loss(model.forward(batch.input), batch.target);
-    sync_device(device);
-    const auto t_forward = Clock::now();
+    if (timed >= 0) timer.mark(timed, 1);
     loss.backward();  // overlapped: DDP's hooks allreduce the buckets during this call
     if (naive) naive->average_gradients();
     w.optimizer->step();
-    sync_device(device);
-    const auto t1 = Clock::now();
-    if (step >= o.warmup) {
-      times.push_back(std::chrono::duration<double>(t1 - t0).count());
-      forward_times.push_back(std::chrono::duration<double>(t_forward - t0).count());
-      if (step == o.warmup + o.steps - 1) last_loss = loss.item<double>();
-    }
+    if (timed >= 0) timer.mark(timed, 2);
+    final_loss = loss;
   }
+  syncs.stop();
   const double cpu_per_step = (process_cpu_seconds() - cpu_start) / o.steps;
+  const double last_loss = final_loss.item<double>();  // after the timed steps: it waits for the GPU
+  std::vector<double> times, forward_times;
+  timer.collect(times, forward_times);
   allreduce_max(pg, times, device);
 
   // Correctness: data parallelism keeps every rank's parameters identical.
@@ -350,13 +442,20 @@ int train_bench(const BenchOptions& o, const ddp::LaunchEnv& launch, ddp::Proces
                           : "");
       std::printf("#\n%s\n%s\n", "#  workload        mode  backend  ranks  threads  batch    params  bucket  buckets"
                                   "  steps    median       min       p90    samples/s  impl",
-                  "#                                                 /rank             (MiB)         "
-                  "          (ms)      (ms)      (ms)     (global)");
+                  "#                                                 /rank             (MiB)                   "
+                  "(ms)      (ms)      (ms)     (global)");
     }
     std::printf("%10s %11s %8s %6d %8d %6d %9lld %7.2f %8zu %6d %9.3f %9.3f %9.3f %12.1f  %s\n", o.workload.c_str(),
                 o.mode.c_str(), pg.backend_name().c_str(), world, o.threads, o.batch_size,
                 static_cast<long long>(params), ddp_model ? o.bucket_mb : 0.0, buckets, o.steps, med * 1e3,
                 sorted.front() * 1e3, p90 * 1e3, static_cast<double>(o.batch_size) * world / med, "c++");
+    std::printf("# timing: %s\n", timer.method());
+    std::printf("# optimizer: %s (%s)\n", o.workload == "cnn" ? "ddp::Adadelta" : "ddp::Sgd",
+                device.is_cuda() ? "multi-tensor foreach kernels" : "per tensor, as torch.optim on the CPU");
+    if (device.is_cuda()) std::printf("# cuda math: %s\n", cuda_math().c_str());
+    if (device.is_cuda() && syncs.available())
+      std::printf("# host synchronizations per timed step: %.2f (%lld in %d steps; CUDA sync debug mode)\n",
+                  static_cast<double>(syncs.count()) / o.steps, static_cast<long long>(syncs.count()), o.steps);
     std::printf("# rank 0 CPU time per timed step, all its threads: %.3f ms (wall median %.3f ms)\n",
                 cpu_per_step * 1e3, med * 1e3);
     // Nothing is sent before the forward pass ends: with overlapping, a step lasts at least this
@@ -373,27 +472,59 @@ int train_bench(const BenchOptions& o, const ddp::LaunchEnv& launch, ddp::Proces
   return ok ? ddp::kExitOk : ddp::kExitError;
 }
 
-// Bus bandwidth of an allreduce (nccl-tests: busbw = algbw * 2(n-1)/n) next to the memcpy
-// bandwidth of one core on rank 0 (measured while the other ranks wait), both in this run.
+// Bus bandwidth of an allreduce (nccl-tests: busbw = algbw * 2(n-1)/n) next to the bandwidth of a
+// local copy of the same size, both in this run: on the CPU one thread's memcpy on rank 0 (while
+// the other ranks wait), on a GPU a device-to-device copy on rank 0's GPU. On a GPU both are timed
+// with CUDA events around the operation on the current stream (the allreduce's wait() makes that
+// stream wait for NCCL's).
 int allreduce_bench(const BenchOptions& o, const ddp::LaunchEnv& launch, ddp::ProcessGroup& pg,
                     const torch::Device& device) {
   const int64_t count = o.allreduce_bytes / 4;
   const int64_t bytes = count * 4;
-  double memcpy_gbs = 0;
-  pg.barrier("before memcpy");
-  if (pg.rank() == 0) {
-    std::vector<char> src(bytes, 1), dst(bytes, 0);
+  const bool cuda = device.is_cuda();
+  // Seconds of one run of `work`: the host clock on the CPU, CUDA events on a GPU.
+  auto time_once = [&](const std::function<void()>& work) {
+#ifdef DDPW_HAVE_CUDA
+    if (cuda) {
+      at::cuda::CUDAEvent start(cudaEventDefault), end(cudaEventDefault);
+      start.record();
+      work();
+      end.record();
+      end.synchronize();
+      return 1e-3 * start.elapsed_time(end);
+    }
+#endif
+    const auto t0 = Clock::now();
+    work();
+    return std::chrono::duration<double>(Clock::now() - t0).count();
+  };
+  // Seconds per run of `work`, the median of the timed runs after the warm-up.
+  auto time_it = [&](const std::function<void()>& work) {
     std::vector<double> t;
     for (int i = 0; i < o.warmup + o.steps; ++i) {
-      auto t0 = Clock::now();
-      std::memcpy(dst.data(), src.data(), bytes);
-      auto t1 = Clock::now();
-      if (i >= o.warmup) t.push_back(std::chrono::duration<double>(t1 - t0).count());
+      sync_device(device);
+      const double seconds = time_once(work);
+      if (i >= o.warmup) t.push_back(seconds);
     }
-    DDP_CHECK(dst[bytes - 1] == 1, "memcpy check failed", "report this");
-    memcpy_gbs = bytes / median(t) / 1e9;
+    return median(t);
+  };
+
+  double copy_gbs = 0;
+  pg.barrier("before the copy");
+  if (pg.rank() == 0) {
+    if (cuda) {
+      auto src = torch::ones({count}, torch::TensorOptions().dtype(torch::kFloat32).device(device));
+      auto dst = torch::zeros_like(src);
+      copy_gbs = bytes / time_it([&] { dst.copy_(src); }) / 1e9;
+      DDP_CHECK(dst.min().item<float>() == 1.0f, "device copy check failed", "report this");
+    } else {
+      std::vector<char> src(bytes, 1), dst(bytes, 0);
+      copy_gbs = bytes / time_it([&] { std::memcpy(dst.data(), src.data(), bytes); }) / 1e9;
+      DDP_CHECK(dst[bytes - 1] == 1, "memcpy check failed", "report this");
+    }
   }
-  pg.barrier("after memcpy");
+  sync_device(device);
+  pg.barrier("after the copy");
 
   auto buffer = torch::ones({count}, torch::TensorOptions().dtype(torch::kFloat32).device(device));
   std::vector<torch::Tensor> tensors{buffer};
@@ -403,13 +534,11 @@ int allreduce_bench(const BenchOptions& o, const ddp::LaunchEnv& launch, ddp::Pr
     buffer.fill_(1.0f);
     sync_device(device);
     pg.barrier("allreduce iteration");
-    const double c0 = process_cpu_seconds();
-    auto t0 = Clock::now();
-    pg.wait(pg.allreduce_sum_async(tensors), "allreduce");
     sync_device(device);
-    auto t1 = Clock::now();
+    const double c0 = process_cpu_seconds();
+    const double t = time_once([&] { pg.wait(pg.allreduce_sum_async(tensors), "allreduce"); });
     if (i >= o.warmup) {
-      times.push_back(std::chrono::duration<double>(t1 - t0).count());
+      times.push_back(t);
       cpu_in_allreduce += process_cpu_seconds() - c0;
     }
   }
@@ -425,12 +554,17 @@ int allreduce_bench(const BenchOptions& o, const ddp::LaunchEnv& launch, ddp::Pr
       print_metadata(o, launch, pg, device);
       std::printf("# allreduce (sum, float32) of one buffer; %d warm-up, %d timed; time = slowest rank, median\n",
                   o.warmup, o.steps);
-      std::printf("# memcpy: one thread on rank 0 while the other ranks wait, same buffer size\n#\n");
+      if (cuda)
+        std::printf("# timing: CUDA events around each allreduce on the current stream (which waits for NCCL's)\n"
+                    "# memcpy column: device-to-device copy of the same size on rank 0's GPU, CUDA events\n#\n");
+      else
+        std::printf("# timing: host steady clock\n"
+                    "# memcpy column: one thread's memcpy on rank 0 while the other ranks wait, same size\n#\n");
       std::printf("#       size  ranks      time    algbw    busbw   memcpy  busbw/memcpy\n");
       std::printf("#        (B)              (ms)   (GB/s)   (GB/s)   (GB/s)\n");
     }
     std::printf("%12lld %6d %9.3f %8.3f %8.3f %8.3f %13.3f\n", static_cast<long long>(bytes), n, med * 1e3, algbw,
-                busbw, memcpy_gbs, busbw / memcpy_gbs);
+                busbw, copy_gbs, busbw / copy_gbs);
     std::printf("# rank 0 CPU time per allreduce, all its threads: %.3f ms\n", cpu_in_allreduce / o.steps * 1e3);
     std::printf(ok ? "# OK (every element equals the world size)\n" : "# FAILED: wrong allreduce result\n");
     std::fflush(stdout);
@@ -450,6 +584,7 @@ int main(int argc, char** argv) {
         if (!launch.warning.empty()) std::fprintf(stderr, "warning: %s\n", launch.warning.c_str());
         torch::set_num_threads(o.threads);
         const torch::Device device = ddp::choose_device(o.device, launch.local_rank, launch.local_world_size);
+        if (device.is_cuda()) set_cuda_math(o);
         ddp::ProcessGroupOptions pg_options;
         pg_options.backend = o.backend;
         const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000));

@@ -13,6 +13,12 @@ Workloads (per rank):
              SGD lr 1e-2, cross-entropy
 A timed step = cut the batch from the in-memory data, zero_grad, forward, loss, backward (with
 DDP's allreduce), optimizer step. The step time is the slowest rank's; the table shows the median.
+Like-for-like with ddp_train_bench on a GPU: data and each epoch's order on the device (the order
+copied from pinned memory without blocking), DDP with gradient_as_bucket_view=True (the C++ DDP's
+gradients are bucket views), foreach optimizers on CUDA (per tensor on the CPU, as in C++),
+cudnn.benchmark off and TF32 set by --tf32, steps timed with CUDA events (no synchronization
+inside a step), host synchronizations inside the timed steps counted with
+torch.cuda.set_sync_debug_mode("warn").
 """
 
 import argparse
@@ -26,6 +32,7 @@ import statistics
 import struct
 import sys
 import time
+import warnings
 
 import numpy as np
 import torch
@@ -98,12 +105,13 @@ def find_idx(data_dir, stem):
 def make_workload(args, device):
     """Returns (inputs, targets, model, optimizer, loss_fn); inputs/targets hold all samples."""
     g = torch.Generator().manual_seed(args.seed)
+    foreach = device.type == "cuda"  # torch.optim's own default, made explicit (C++ does the same)
     if args.workload == "synthetic":
         x = torch.rand(2048, 20, generator=g)
         w, b = torch.linspace(-1, 1, 20), 0.5
         y = (x @ w + b + 0.01 * torch.randn(2048, generator=g)).unsqueeze(1)
         model = LinearRegressor(20)
-        make_opt = lambda params: torch.optim.SGD(params, lr=1e-2)
+        make_opt = lambda params: torch.optim.SGD(params, lr=1e-2, foreach=foreach)
         loss_fn = F.mse_loss
     elif args.workload == "cnn":
         if args.dataset == "fashion-mnist":
@@ -116,13 +124,13 @@ def make_workload(args, device):
             x = torch.rand(args.samples, 1, 28, 28, generator=g)
             y = torch.randint(0, 10, (args.samples,), generator=g)
         model = MnistCnn()
-        make_opt = lambda params: torch.optim.Adadelta(params, lr=1.0)
+        make_opt = lambda params: torch.optim.Adadelta(params, lr=1.0, foreach=foreach)
         loss_fn = F.nll_loss
     else:  # mlp
         x = torch.rand(args.samples, 1024, generator=g)
         y = torch.randint(0, 10, (args.samples,), generator=g)
         model = make_mlp()
-        make_opt = lambda params: torch.optim.SGD(params, lr=1e-2)
+        make_opt = lambda params: torch.optim.SGD(params, lr=1e-2, foreach=foreach)
         loss_fn = F.cross_entropy
     return x.to(device), y.to(device), model.to(device), make_opt, loss_fn
 
@@ -155,6 +163,8 @@ def main():
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--timeout", type=float, default=300, help="seconds before a collective fails")
     p.add_argument("--no-header", action="store_true", help="print only the result row")
+    p.add_argument("--tf32", choices=["off", "on"], default="off",
+                   help="CUDA: TensorFloat-32 in matmuls and convolutions (cudnn.benchmark stays off)")
     args = p.parse_args()
     for name in ("threads", "steps", "samples"):
         if getattr(args, name) < 1:
@@ -170,6 +180,10 @@ def main():
     device = torch.device(f"cuda:{local_rank}" if use_cuda else "cpu")
     if use_cuda:
         torch.cuda.set_device(device)
+        # The same switches ddp_train_bench sets (at::globalContext() behind both).
+        torch.backends.cudnn.benchmark = False
+        torch.backends.cuda.matmul.allow_tf32 = args.tf32 == "on"
+        torch.backends.cudnn.allow_tf32 = args.tf32 == "on"
     backend = args.backend if args.backend != "auto" else ("nccl" if use_cuda else "gloo")
     dist.init_process_group(backend, timeout=datetime.timedelta(seconds=args.timeout),
                             device_id=device if use_cuda else None)
@@ -177,7 +191,9 @@ def main():
     batch = args.batch_size or DEFAULT_BATCH[args.workload]
     torch.manual_seed(args.seed)
     x, y, model, make_opt, loss_fn = make_workload(args, device)
-    ddp_model = DDP(model, device_ids=[local_rank] if use_cuda else None, bucket_cap_mb=args.bucket_mb)
+    # gradient_as_bucket_view: .grad are views of the buckets (no copy back), as in the C++ DDP.
+    ddp_model = DDP(model, device_ids=[local_rank] if use_cuda else None, bucket_cap_mb=args.bucket_mb,
+                    gradient_as_bucket_view=True)
     optimizer = make_opt(ddp_model.parameters())
     params = sum(p.numel() for p in model.parameters())
     buckets = "-"
@@ -200,31 +216,69 @@ def main():
             epoch = e
             perm = torch.randperm(n, generator=torch.Generator().manual_seed(args.seed + e))
             perm = torch.cat([perm, perm[: per_rank * world - n]])  # pad like DistributedSampler
-            order = perm[rank::world].to(device)
+            order = perm[rank::world].contiguous()
+            if use_cuda:  # once per epoch, from pinned memory, without blocking (as the C++ Loader)
+                order = order.pin_memory().to(device, non_blocking=True)
         return order[k * batch:(k + 1) * batch]
 
-    model.train()
-    times = []
-    last_loss = float("nan")
-    cpu_start = 0.0
-    for step in range(args.warmup + args.steps):
-        if step == args.warmup:
-            cpu_start = time.process_time()  # all threads of this process, user + system
-        t0 = time.perf_counter()
-        idx = batch_indices(step)
-        inputs, targets = x.index_select(0, idx), y.index_select(0, idx)
-        optimizer.zero_grad()
-        loss = loss_fn(ddp_model(inputs), targets)
-        loss.backward()
-        optimizer.step()
+    # Step times: CUDA events on the current stream read after the last step (nothing in a step
+    # waits for the GPU), or the host clock on the CPU. Events are created before the loop.
+    if use_cuda:
+        events = [[torch.cuda.Event(enable_timing=True) for _ in range(3)] for _ in range(args.steps)]
+        for trio in events:
+            for e in trio:
+                e.record()
+        torch.cuda.synchronize()
+    host = [[0.0] * 3 for _ in range(args.steps)]
+
+    def mark(i, which):
         if use_cuda:
-            torch.cuda.synchronize()
-        t1 = time.perf_counter()
-        if step >= args.warmup:
-            times.append(t1 - t0)
-            last_loss = loss.item() if step == args.warmup + args.steps - 1 else last_loss
+            events[i][which].record()
+        else:
+            host[i][which] = time.perf_counter()
+
+    model.train()
+    cpu_start = 0.0
+    final_loss = None
+    earlier = []  # warnings of the warm-up steps
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for step in range(args.warmup + args.steps):
+            timed = step - args.warmup
+            if timed == 0:
+                if use_cuda:
+                    torch.cuda.synchronize()  # the warm-up's work is done before the first timed step
+                    torch.cuda.set_sync_debug_mode("warn")
+                earlier = list(caught)
+                caught.clear()
+                cpu_start = time.process_time()  # all threads of this process, user + system
+            if timed >= 0:
+                mark(timed, 0)
+            idx = batch_indices(step)
+            inputs, targets = x.index_select(0, idx), y.index_select(0, idx)
+            optimizer.zero_grad()
+            loss = loss_fn(ddp_model(inputs), targets)
+            if timed >= 0:
+                mark(timed, 1)
+            loss.backward()
+            optimizer.step()
+            if timed >= 0:
+                mark(timed, 2)
+            final_loss = loss
+        if use_cuda:
+            torch.cuda.set_sync_debug_mode("default")
+        syncs = [w for w in caught if "synchronizing CUDA operation" in str(w.message)]
+        others = earlier + [w for w in caught if "synchronizing CUDA operation" not in str(w.message)]
+    for w in others:  # not ours to hide
+        warnings.showwarning(w.message, w.category, w.filename, w.lineno)
 
     cpu_per_step = (time.process_time() - cpu_start) / args.steps
+    last_loss = final_loss.item()  # after the timed steps: it waits for the GPU
+    if use_cuda:
+        torch.cuda.synchronize()
+        times = [events[i][0].elapsed_time(events[i][2]) / 1e3 for i in range(args.steps)]
+    else:
+        times = [host[i][2] - host[i][0] for i in range(args.steps)]
 
     # The slowest rank sets each step's time.
     t = torch.tensor(times, dtype=torch.float64, device=device)
@@ -257,6 +311,24 @@ def main():
         print(ROW.format(args.workload, "overlapped", backend, world, args.threads, batch, params,
                          args.bucket_mb, buckets, args.steps, med * 1e3, min(times) * 1e3, p90 * 1e3,
                          batch * world / med, "python"))
+        if use_cuda:
+            print("# timing: CUDA events on the current stream, read after the last step "
+                  "(no synchronization inside a step)")
+        else:
+            print("# timing: the host's steady clock around each step")
+        opt_name = type(optimizer).__name__
+        print(f"# optimizer: torch.optim.{opt_name} "
+              + ("(multi-tensor foreach kernels)" if optimizer.defaults.get("foreach")
+                 else "(per tensor, as torch.optim on the CPU)"))
+        if use_cuda:
+            on = lambda b: "on" if b else "off"
+            print(f"# cuda math: cudnn.benchmark {on(torch.backends.cudnn.benchmark)}, "
+                  f"TF32 matmul {on(torch.backends.cuda.matmul.allow_tf32)}, "
+                  f"TF32 cuDNN {on(torch.backends.cudnn.allow_tf32)}")
+            print(f"# host synchronizations per timed step: {len(syncs) / args.steps:.2f} "
+                  f"({len(syncs)} in {args.steps} steps; CUDA sync debug mode)")
+            for w in syncs[:3]:  # where they come from
+                print(f"#   sync at {w.filename}:{w.lineno}")
         print(f"# rank 0 CPU time per timed step, all its threads: {cpu_per_step * 1e3:.3f} ms "
               f"(wall median {med * 1e3:.3f} ms)")
         if not ok:

@@ -2,10 +2,13 @@
 //          C++ frontend does not have. Built like torch::optim::Adagrad (options per parameter
 //          group, so set_lr works and schedulers apply); save/load keep every group's options and
 //          each parameter's square_avg, acc_delta and step, so a resumed run is bit-identical.
+//          Like torch.optim.Adadelta it updates all parameters of a device with multi-tensor
+//          (_foreach_*) kernels when they live on a GPU, one tensor at a time on the CPU.
 #pragma once
 
 #include <torch/torch.h>
 
+#include <optional>
 #include <vector>
 
 namespace ddp {
@@ -45,6 +48,14 @@ class Adadelta : public torch::optim::Optimizer {
 
   // A parameter's state; nullptr before its first step with a gradient.
   const AdadeltaParamState* state_of(const torch::Tensor& param) const;
+
+  // Multi-tensor kernels (torch.optim.Adadelta's foreach=True) or one tensor at a time (False).
+  // Unset, as in Python: multi-tensor when every parameter of a group is on a CUDA device. Both
+  // compute the same operations in the same order on every element.
+  void set_foreach(std::optional<bool> foreach) { foreach_ = foreach; }
+
+ private:
+  std::optional<bool> foreach_;
 };
 
 }  // namespace ddp

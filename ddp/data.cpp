@@ -14,6 +14,31 @@ Batch Dataset::gather(const torch::Tensor& indices) const {
   return {x, targets.index_select(0, indices)};
 }
 
+namespace {
+// `where` is `device` ("cuda" without an index means the current GPU).
+bool is_placed_on(const torch::Device& where, const torch::Device& device) {
+  return device.has_index() ? where == device : where.type() == device.type();
+}
+}  // namespace
+
+const Dataset& Dataset::on(const torch::Device& device) const {
+  if (is_placed_on(inputs.device(), device)) return *this;
+  const bool have_copy = on_device_ && on_device_from_ == inputs.unsafeGetTensorImpl() &&
+                         is_placed_on(on_device_->inputs.device(), device);
+  if (!have_copy) {
+    auto copy = std::make_shared<Dataset>();
+    // Once per dataset and run: a plain (blocking) copy, as compact as the data are stored.
+    copy->inputs = inputs.to(device);
+    copy->targets = targets.to(device);
+    copy->input_scale = input_scale;
+    copy->input_shift = input_shift;
+    copy->input_divide = input_divide;
+    on_device_ = std::move(copy);
+    on_device_from_ = inputs.unsafeGetTensorImpl();
+  }
+  return *on_device_;
+}
+
 Dataset make_synthetic_dataset(int64_t samples, int64_t features, uint64_t seed) {
   // A generator of its own: the data do not depend on what else used the global RNG.
   auto gen = at::detail::createCPUGenerator(seed);
@@ -52,8 +77,19 @@ void DistributedSampler::set_epoch(int64_t epoch) {
 }
 
 Loader::Loader(const Dataset& data, const DistributedSampler& sampler, int64_t batch_size, torch::Device device)
-    : data_(data), sampler_(sampler), batch_size_(batch_size), device_(device) {
+    : data_(data.on(device)), sampler_(sampler), batch_size_(batch_size), device_(device) {
   DDP_CHECK(batch_size > 0, "batch size must be positive", "use --batch-size N with N >= 1");
+}
+
+const torch::Tensor& Loader::order() const {
+  if (device_.is_cpu()) return sampler_.indices();
+  if (order_epoch_ != sampler_.epoch() || !order_on_device_.defined()) {
+    // Once per epoch: through pinned memory, without blocking the host (the caching host
+    // allocator keeps the pinned block until the copy has run).
+    order_on_device_ = sampler_.indices().pin_memory().to(device_, /*non_blocking=*/true);
+    order_epoch_ = sampler_.epoch();
+  }
+  return order_on_device_;
 }
 
 int64_t Loader::steps() const { return (sampler_.num_samples() + batch_size_ - 1) / batch_size_; }
@@ -62,10 +98,8 @@ Batch Loader::batch(int64_t step) const {
   const auto begin = std::chrono::steady_clock::now();
   const int64_t start = step * batch_size_;
   const int64_t n = std::min(batch_size_, sampler_.num_samples() - start);
-  Batch b = data_.gather(sampler_.indices().narrow(0, start, n));
-  // On a GPU this counts issuing the copy; from pageable memory CUDA stages it before returning.
-  if (!device_.is_cpu())
-    b = {b.input.to(device_, /*non_blocking=*/true), b.target.to(device_, /*non_blocking=*/true)};
+  // On a GPU: gather, convert and normalise are kernels on the device (no copy, no wait).
+  Batch b = data_.gather(order().narrow(0, start, n));
   load_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
   return b;
 }

@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 namespace ddp {
@@ -15,7 +16,7 @@ struct Batch {
 };
 
 // All samples in two tensors: inputs [N, ...] and targets [N, ...]. Inputs may be stored compactly
-// (uint8 images) and are converted by `to_input` when a batch is cut.
+// (uint8 images) and are converted by `gather` when a batch is cut.
 struct Dataset {
   torch::Tensor inputs;
   torch::Tensor targets;
@@ -23,7 +24,16 @@ struct Dataset {
   double input_shift = 0.0;   // then subtract (normalisation mean / scale)
   double input_divide = 1.0;  // then divide (normalisation std)
   int64_t size() const { return inputs.size(0); }
-  Batch gather(const torch::Tensor& indices) const;  // float inputs, targets as stored
+  // Float inputs and targets of `indices`, on the device that holds the data and the indices.
+  Batch gather(const torch::Tensor& indices) const;
+  // This dataset on `device`: itself on the CPU; on a GPU a copy (inputs still compact: uint8
+  // images stay uint8), made at the first call for these tensors and device and kept, so batches
+  // are cut, converted and normalised there and only indices ever cross the bus.
+  const Dataset& on(const torch::Device& device) const;
+
+ private:
+  mutable std::shared_ptr<const Dataset> on_device_;  // the copy kept by on()...
+  mutable const void* on_device_from_ = nullptr;       // ...of these inputs
 };
 
 // 2048 samples of 20 features (the tutorial's size), x ~ U[0,1), y = x·w + b + 0.01·noise with a
@@ -52,7 +62,9 @@ class DistributedSampler {
 };
 
 // Cuts a sampler's order into batches on a device. Step k is addressable directly, so a run
-// resumed mid-epoch continues exactly where the snapshot was taken.
+// resumed mid-epoch continues exactly where the snapshot was taken. On a GPU the dataset lives on
+// the device (Dataset::on) and each epoch's order is copied there once, from pinned memory without
+// blocking; a batch is then gathered, converted and normalised by kernels, with no host copy.
 class Loader {
  public:
   Loader(const Dataset& data, const DistributedSampler& sampler, int64_t batch_size, torch::Device device);
@@ -60,14 +72,19 @@ class Loader {
   Batch batch(int64_t step) const;     // on the device
   int64_t batch_size() const { return batch_size_; }
   // Seconds spent in batch() (gather, convert, copy to the device) since the last call; restarts
-  // the count. The epoch report shows it, so a data-bound run is visible.
+  // the count. The epoch report shows it, so a data-bound run is visible. (On a GPU: the time to
+  // issue the kernels, which run asynchronously.)
   double take_load_seconds();
 
  private:
-  const Dataset& data_;
+  const torch::Tensor& order() const;  // the sampler's indices, on the device
+
+  const Dataset& data_;  // on the device
   const DistributedSampler& sampler_;
   int64_t batch_size_;
   torch::Device device_;
+  mutable torch::Tensor order_on_device_;  // a GPU's copy of the sampler's indices...
+  mutable int64_t order_epoch_ = -1;       // ...for this epoch
   mutable double load_seconds_ = 0;  // bookkeeping only: batch() stays const (steps are addressable)
 };
 

@@ -107,12 +107,16 @@ void GradientReducer::build_buckets(double bucket_mb) {
   const auto cap = static_cast<int64_t>(bucket_mb * 1024 * 1024);
   const int64_t first_cap = std::min<int64_t>(cap, 1024 * 1024);
   bucket_of_.assign(params_.size(), 0);
+  slot_of_.assign(params_.size(), 0);
   // Gradients become ready roughly in reverse registration order: bucket the last layers first.
   Bucket current;
   int64_t bytes = 0, numel = 0;
   auto close = [&] {
     if (current.params.empty()) return;
     current.flat = torch::zeros({numel}, params_[current.params[0]].options().requires_grad(false));
+    current.flat_list = {current.flat};
+    for (size_t slot = 0; slot < current.params.size(); ++slot)
+      current.slices.push_back(current.flat.narrow(0, current.offsets[slot], params_[current.params[slot]].numel()));
     current.world_size = torch::scalar_tensor(static_cast<double>(pg_->size()), current.flat.scalar_type());
     current.pending = current.params.size();
     buckets_.push_back(std::move(current));
@@ -125,6 +129,7 @@ void GradientReducer::build_buckets(double bucket_mb) {
                                                         p.device() != params_[current.params[0]].device());
     if (other_kind) close();
     bucket_of_[k] = buckets_.size();
+    slot_of_[k] = current.params.size();
     current.params.push_back(k);
     current.offsets.push_back(numel);
     numel += p.numel();
@@ -132,7 +137,16 @@ void GradientReducer::build_buckets(double bucket_mb) {
     if (bytes >= (buckets_.empty() ? first_cap : cap)) close();
   }
   close();
+  for (size_t k = 0; k < buckets_.size(); ++k)
+    buckets_[k].what =
+        "gradient allreduce (bucket " + std::to_string(k + 1) + " of " + std::to_string(buckets_.size()) + ")";
   ready_.assign(params_.size(), 0);
+  keep_undefined_.assign(params_.size(), 0);
+  if (options_.find_unused_parameters) {
+    used_here_ = torch::zeros({static_cast<int64_t>(params_.size())}, torch::kInt32);
+    used_anywhere_ = torch::zeros_like(used_here_, torch::TensorOptions().device(params_[0].device()));
+    used_list_ = {used_anywhere_};
+  }
 }
 
 void GradientReducer::start_backward() {
@@ -169,7 +183,7 @@ void GradientReducer::recover_from_abandoned_backward() {
   // Let the allreduces already started finish before their memory is reused: the other ranks
   // pair them with their own buckets of the same index.
   const size_t sent = next_bucket_;
-  for (size_t k = 0; k < sent; ++k) pg_->wait(buckets_[k].work, "gradient allreduce of an interrupted backward");
+  for (size_t k = 0; k < sent; ++k) wait_for(buckets_[k].work, "gradient allreduce of an interrupted backward");
   in_backward_ = false;
   next_bucket_ = 0;
   if (sent > 0)
@@ -193,42 +207,58 @@ void GradientReducer::on_gradient_ready(size_t i) {
 }
 
 // Average = sum over ranks of (grad / world size): Gloo has no AVG. Dividing on the way into the
-// bucket saves a pass. After the first step .grad usually is this very slice (see finish_backward).
-// A parameter without .grad enters as zero. Returns the bucket's count of parameters still missing.
+// bucket saves a pass (a division by 1 changes nothing and is skipped). After the first step .grad
+// usually is this very slice (see finish_backward). A parameter without .grad enters as zero.
+// Returns the bucket's count of parameters still missing.
 size_t GradientReducer::put_into_bucket(size_t i) {
   ready_[i] = 1;
   Bucket& b = buckets_[bucket_of_[i]];
-  const auto slot = std::find(b.params.begin(), b.params.end(), i) - b.params.begin();
-  auto slice = b.flat.narrow(0, b.offsets[slot], params_[i].numel());
+  torch::Tensor& slice = b.slices[slot_of_[i]];
   const torch::Tensor& grad = params_[i].grad();
+  const bool divide = pg_->size() > 1;
   if (!grad.defined())
     slice.zero_();
-  else if (grad.data_ptr() == slice.data_ptr())
+  else if (grad.data_ptr() != slice.data_ptr())
+    divide ? torch::div_out(slice, grad.reshape({-1}), b.world_size) : slice.copy_(grad.reshape({-1}));
+  else if (divide)
     slice.div_(b.world_size);
-  else
-    torch::div_out(slice, grad.reshape({-1}), b.world_size);
   return --b.pending;
+}
+
+// One rank's sum is the rank's own tensors: at world size 1 nothing is sent (no work). c10d's Gloo
+// path would hand the identity to its worker thread and back, recording it for the flight recorder
+// on the way: measured here, more than the rest of DDP's work in a small model's step. Hooks,
+// buckets and bucket views run as at any world size.
+c10::intrusive_ptr<c10d::Work> GradientReducer::sum_over_ranks(std::vector<torch::Tensor>& tensors) {
+  if (pg_->size() == 1) return {};
+  return pg_->allreduce_sum_async(tensors);
+}
+
+void GradientReducer::wait_for(const c10::intrusive_ptr<c10d::Work>& work, const std::string& what) {
+  if (work) pg_->wait(work, what);
 }
 
 void GradientReducer::launch_ready_buckets() {
   // Strictly in bucket order: every rank must issue the same collectives in the same order.
   while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].pending == 0) {
     Bucket& b = buckets_[next_bucket_++];
-    std::vector<torch::Tensor> tensors{b.flat};
-    b.work = pg_->allreduce_sum_async(tensors);
+    b.work = sum_over_ranks(b.flat_list);
   }
 }
 
 void GradientReducer::finish_backward() {
   in_backward_ = false;
   torch::NoGradGuard no_grad;
-  std::vector<char> keep_undefined(params_.size(), 0);
+  std::fill(keep_undefined_.begin(), keep_undefined_.end(), 0);
   if (options_.find_unused_parameters) {
     // Which parameters have a gradient on any rank (PyTorch's "local used map"): one that has none
     // anywhere keeps .grad undefined. Taken before the buckets fill the gaps with zeros.
-    std::vector<int32_t> mine(params_.size());
-    for (size_t i = 0; i < params_.size(); ++i) mine[i] = params_[i].grad().defined() ? 1 : 0;
-    auto has_grad = torch::tensor(mine, torch::kInt32).to(params_[0].device());
+    auto* here = used_here_.data_ptr<int32_t>();
+    bool all_used_here = true;
+    for (size_t i = 0; i < params_.size(); ++i) {
+      here[i] = params_[i].grad().defined() ? 1 : 0;
+      all_used_here = all_used_here && here[i] != 0;
+    }
     if (next_bucket_ < buckets_.size()) {
       // A parameter without a gradient in this pass enters as its accumulated .grad (earlier
       // no_sync passes), or as zero.
@@ -236,35 +266,54 @@ void GradientReducer::finish_backward() {
         if (!ready_[i]) put_into_bucket(i);
       launch_ready_buckets();
     }
-    std::vector<torch::Tensor> mask{has_grad};
-    pg_->wait(pg_->allreduce_sum_async(mask), "allreduce of which parameters have gradients");
-    const auto anywhere = has_grad.cpu();
-    const auto counts = anywhere.accessor<int32_t, 1>();
-    for (size_t i = 0; i < params_.size(); ++i) keep_undefined[i] = counts[static_cast<int64_t>(i)] == 0;
-  } else if (next_bucket_ < buckets_.size()) {
+    // The sum over ranks runs while the buckets finish. As in PyTorch's reducer, the host copies
+    // it back (and so waits for it) only when a parameter had no gradient here: a parameter used
+    // here is used somewhere. To a GPU through a pinned copy, without blocking: the copy reads
+    // the pinned block later, which the caching host allocator keeps until then.
+    if (used_anywhere_.is_cuda())
+      used_anywhere_.copy_(used_here_.pin_memory(), /*non_blocking=*/true);
+    else
+      used_anywhere_.copy_(used_here_);
+    auto used_work = sum_over_ranks(used_list_);
+    if (!all_used_here) {
+      // The host reads the sum: on NCCL it waits the way every host read does (watching for
+      // failures, the timeout and a stop request), not blind inside a CUDA copy.
+      if (used_work && pg_->backend_name() == "nccl")
+        pg_->wait_on_host(used_work, "allreduce of which parameters have gradients");
+      else
+        wait_for(used_work, "allreduce of which parameters have gradients");
+      const auto anywhere = used_anywhere_.cpu();
+      const auto* counts = anywhere.data_ptr<int32_t>();
+      for (size_t i = 0; i < params_.size(); ++i) keep_undefined_[i] = counts[i] == 0;
+    }
+    point_grads_at_buckets();
+    // Before the next backward overwrites the mask (on a GPU this only orders the streams).
+    if (all_used_here) wait_for(used_work, "allreduce of which parameters have gradients");
+    return;
+  }
+  if (next_bucket_ < buckets_.size()) {
     std::string unused;
     for (size_t i = 0; i < params_.size(); ++i)
       if (!ready_[i]) unused += (unused.empty() ? "" : ", ") + names_[i];
     // Drain what was launched so the group stays usable, then say which parameters were missed.
-    for (size_t k = 0; k < next_bucket_; ++k) pg_->wait(buckets_[k].work, "gradient allreduce");
+    for (size_t k = 0; k < next_bucket_; ++k) wait_for(buckets_[k].work, "gradient allreduce");
     throw Error("these parameters received no gradient in this backward pass: " + unused,
                 "make every parameter take part in the loss, or construct DistributedDataParallel with "
                 "find_unused_parameters = true (--find-unused-parameters) to treat them as zero");
   }
-  point_grads_at_buckets(keep_undefined);
+  point_grads_at_buckets();
 }
 
 // Waits for every bucket and makes each .grad its averaged slice of the bucket (no copy back). The
 // next backward accumulates into it in place, or, after zero_grad() set it to none, into a new
 // tensor that is copied in.
-void GradientReducer::point_grads_at_buckets(const std::vector<char>& keep_undefined) {
+void GradientReducer::point_grads_at_buckets() {
   for (size_t k = 0; k < buckets_.size(); ++k) {
     Bucket& b = buckets_[k];
-    pg_->wait(b.work, "gradient allreduce (bucket " + std::to_string(k + 1) + " of " +
-                          std::to_string(buckets_.size()) + ")");
+    wait_for(b.work, b.what);
     for (size_t slot = 0; slot < b.params.size(); ++slot) {
       const size_t i = b.params[slot];
-      if (keep_undefined[i]) continue;
+      if (keep_undefined_[i]) continue;
       torch::Tensor& p = params_[i];
       const int64_t start = b.flat.storage_offset() + b.offsets[slot];
       const auto* where = static_cast<const char*>(b.flat.storage().data()) + start * b.flat.element_size();

@@ -5,11 +5,14 @@
 //     once, in bucket order, so communication overlaps the rest of backward. A callback at the
 //     end of backward waits for all buckets and points each .grad at its averaged slice of the
 //     bucket (PyTorch's gradient_as_bucket_view: no copy back) before backward() returns.
+//     At world size 1 the allreduce (the identity) is not sent; everything else runs as usual.
 //   * no_sync() skips the allreduce for gradient accumulation; the next synced backward averages
 //     the accumulated gradients.
 //   * A parameter without a gradient is an error naming it. With find_unused_parameters it counts
 //     as zero on this rank (its accumulated .grad, if any, still counts); a parameter that no
 //     rank has a gradient for keeps .grad undefined, so the optimizer leaves it alone (PyTorch).
+//     Which ones have a gradient anywhere is summed over the ranks alongside the buckets; as in
+//     PyTorch, the host reads that sum (and so waits for it) only when a parameter had none here.
 //   * An exception inside backward (an error in a hook, out of memory) abandons that pass: the next
 //     backward starts afresh, or, if part of the gradients had already been sent, raises an error
 //     that says the ranks are out of step (they would otherwise average different batches).
@@ -53,7 +56,10 @@ class GradientReducer {
     std::vector<size_t> params;   // indices into params_
     std::vector<int64_t> offsets; // where each parameter's gradient sits in `flat`
     torch::Tensor flat;           // contiguous gradients of the bucket; after backward, .grad is in it
+    std::vector<torch::Tensor> flat_list;  // {flat}: what the allreduce takes
+    std::vector<torch::Tensor> slices;     // each parameter's part of `flat` (1-D), made once
     torch::Tensor world_size;     // 0-dim (CPU, the bucket's dtype): gradients enter divided by it
+    std::string what;             // names the bucket's allreduce in errors
     size_t pending = 0;           // parameters whose gradient is not ready yet
     c10::intrusive_ptr<c10d::Work> work;
   };
@@ -65,7 +71,9 @@ class GradientReducer {
   void start_backward();
   void recover_from_abandoned_backward();
   size_t put_into_bucket(size_t i);
-  void point_grads_at_buckets(const std::vector<char>& keep_undefined);
+  c10::intrusive_ptr<c10d::Work> sum_over_ranks(std::vector<torch::Tensor>& tensors);  // none at world size 1
+  void wait_for(const c10::intrusive_ptr<c10d::Work>& work, const std::string& what);  // none: nothing to wait for
+  void point_grads_at_buckets();  // skips the parameters marked in keep_undefined_
 
   std::shared_ptr<torch::nn::Module> module_;
   std::shared_ptr<ProcessGroup> pg_;
@@ -73,8 +81,13 @@ class GradientReducer {
   std::vector<torch::Tensor> params_;
   std::vector<std::string> names_;
   std::vector<size_t> bucket_of_;  // parameter -> bucket
+  std::vector<size_t> slot_of_;    // parameter -> its place in the bucket
   std::vector<Bucket> buckets_;
   std::vector<char> ready_;
+  std::vector<char> keep_undefined_;  // find_unused_parameters: no rank has a gradient for it
+  torch::Tensor used_here_;      // find_unused_parameters: 1 where this rank has a gradient (CPU)...
+  torch::Tensor used_anywhere_;  // ...and its sum over ranks (on the parameters' device)
+  std::vector<torch::Tensor> used_list_;  // {used_anywhere_}: what the allreduce takes
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // kept alive: hooks live on them
   size_t next_bucket_ = 0;
   bool in_backward_ = false;  // a synced backward is running: its end-of-backward callback is queued

@@ -6,6 +6,7 @@
 #include "ddp/error.h"
 #include "ddp/idx.h"
 #include "ddp/process_group.h"
+#include "ddp/sgd.h"
 #include "ddp/weights_io.h"
 
 namespace ddp {
@@ -31,8 +32,8 @@ Workload synthetic(const Options& o) {
   w.test = make_synthetic_dataset(512, 20, o.seed + 1000);  // same map, other samples
   w.make_model = seeded_model<LinearRegressor>(o.seed, o.init_weights_path, int64_t{20});
   const double lr = base_learning_rate(o);
-  w.make_optimizer = [lr](Model& m) {
-    return std::make_unique<torch::optim::SGD>(m.parameters(), torch::optim::SGDOptions(lr));
+  w.make_optimizer = [lr](Model& m) {  // torch::optim::SGD, with multi-tensor kernels on a GPU
+    return std::make_unique<Sgd>(m.parameters(), torch::optim::SGDOptions(lr));
   };
   w.loss = [](const torch::Tensor& out, const torch::Tensor& target) { return torch::mse_loss(out, target); };
   w.learning_rate = [lr](int64_t) { return lr; };
@@ -82,25 +83,34 @@ EvalResult evaluate(Model& model, const Workload& workload, int64_t batch_size, 
                     ProcessGroup* pg, int rank, int world_size) {
   torch::NoGradGuard no_grad;
   model.eval();
+  // On a GPU the test set stays there (Dataset::on) and the sums stay on the device until the
+  // end: one read per evaluation, not a blocking copy and two reads per batch.
+  const Dataset& test = workload.test.on(device);
+  const auto on_device = torch::TensorOptions().device(test.inputs.device());
   // Every rank takes every world_size-th test sample (no padding: each sample counts once).
-  const auto shard = torch::arange(rank, workload.test.size(), world_size, torch::kInt64);
-  double loss_sum = 0, correct = 0;
+  const auto shard = torch::arange(rank, workload.test.size(), world_size, on_device.dtype(torch::kInt64));
+  // Sum of (mean batch loss x batch size) in float64 and the count of correct answers: the same
+  // operations, in the same order, as summing the batches' values on the host.
+  auto loss_sum = torch::zeros({}, on_device.dtype(torch::kFloat64));
+  auto correct = torch::zeros({}, on_device.dtype(torch::kInt64));
   for (int64_t start = 0; start < shard.size(0); start += batch_size) {
     const auto idx = shard.narrow(0, start, std::min(batch_size, shard.size(0) - start));
-    Batch b = workload.test.gather(idx);
-    auto out = model.forward(b.input.to(device));
-    auto target = b.target.to(device);
-    loss_sum += workload.loss(out, target).item<double>() * static_cast<double>(idx.size(0));
-    if (workload.classification) correct += out.argmax(1).eq(target).sum().item<double>();
+    const Batch b = test.gather(idx);
+    const auto out = model.forward(b.input);
+    loss_sum.add_(workload.loss(out, b.target).to(torch::kFloat64).mul_(static_cast<double>(idx.size(0))));
+    if (workload.classification) correct.add_(out.argmax(1).eq(b.target).sum());
   }
   model.train();
-  auto totals = torch::tensor({loss_sum, correct, static_cast<double>(shard.size(0))}, torch::kFloat64).to(device);
+  auto totals = torch::stack({loss_sum, correct.to(torch::kFloat64),
+                              torch::full({}, static_cast<double>(shard.size(0)), on_device.dtype(torch::kFloat64))});
   if (pg) pg->allreduce_sum(totals, "evaluation (sum of test loss and accuracy over ranks)");
-  totals = totals.cpu();
+  totals = totals.cpu();  // the one read
+  const auto* t = totals.data_ptr<double>();
   EvalResult r;
-  r.samples = static_cast<int64_t>(totals[2].item<double>());
-  r.loss = totals[0].item<double>() / std::max<double>(1.0, static_cast<double>(r.samples));
-  r.accuracy = workload.classification ? totals[1].item<double>() / std::max<double>(1.0, static_cast<double>(r.samples)) : 0.0;
+  r.samples = static_cast<int64_t>(t[2]);
+  const double samples = std::max<double>(1.0, static_cast<double>(r.samples));
+  r.loss = t[0] / samples;
+  r.accuracy = workload.classification ? t[1] / samples : 0.0;
   return r;
 }
 

@@ -3,6 +3,9 @@
 // ranks sum the buffers in place (all-reduce), and every rank compares the result with the
 // closed-form sum. A sweep of sizes prints time and bandwidth; a copy of the largest buffer on the
 // same device gives the local memory bandwidth to compare with. Exit 0 only when nothing was wrong.
+// Timing: on the CPU the host clock; on GPUs with NCCL each all-reduce's own duration on NCCL's
+// stream (CUDA events, TORCH_NCCL_ENABLE_TIMING=1), like nccl-tests' device time; the header says
+// which.
 //
 //   mpirun -np 2 build/bin/allreduce_check --max-bytes 16M
 //   torchrun --standalone --nproc_per_node=4 --no-python build/bin/allreduce_check
@@ -13,6 +16,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -28,6 +32,7 @@
 #ifdef DDPW_HAVE_CUDA
 #include <ATen/cuda/CUDAEvent.h>                // defines: at::cuda::CUDAEvent (timing on the GPU)
 #include <ATen/detail/CUDAHooksInterface.h>  // defines: getCUDAHooks().versionCUDART (torch's runtime)
+#include <cuda_runtime_api.h>                // defines: cudaDriverGetVersion
 #endif
 #ifdef DDPW_HAVE_NCCL
 #include <torch/csrc/distributed/c10d/NCCLUtils.hpp>  // defines: c10d::getNcclVersion
@@ -62,14 +67,44 @@ std::string human_bytes(uint64_t bytes) {
   return buf;
 }
 
-// Seconds per all-reduce of `buffer`, the mean over `iters`. Gloo runs them one by one, timed by
-// the host clock. On a GPU they queue back to back on NCCL's stream and are timed as nccl-tests
-// does, by CUDA events on the stream around the whole loop (a host clock would measure c10d's
-// enqueue cost for small buffers): the start event precedes the first all-reduce on this rank's
-// stream, the end event follows the last one (wait() makes the stream wait for it).
-double time_allreduce(ddp::ProcessGroup& group, torch::Tensor& buffer, int iters, const std::string& what) {
+// How an all-reduce is timed on this rank's device and backend (the same on every rank).
+enum class Timing { kHostClock, kNcclDuration, kCudaEvents };
+
+bool env_true(const char* name) {
+  const char* v = std::getenv(name);
+  return v && (std::string(v) == "1" || std::string(v) == "true" || std::string(v) == "True");
+}
+
+Timing timing_for(const ddp::ProcessGroup& group) {
+  if (!group.device().is_cuda()) return Timing::kHostClock;
+  if (group.backend_name() == "nccl" && (env_true("TORCH_NCCL_ENABLE_TIMING") || env_true("NCCL_ENABLE_TIMING")))
+    return Timing::kNcclDuration;
+  return Timing::kCudaEvents;
+}
+
+std::string describe(Timing timing) {
+  switch (timing) {
+    case Timing::kHostClock:
+      return "host clock around the all-reduces (Gloo on the CPU runs them one by one)";
+    case Timing::kNcclDuration:
+      return "NCCL's own duration of each all-reduce: CUDA events around its kernel on NCCL's stream "
+             "(TORCH_NCCL_ENABLE_TIMING=1), as nccl-tests' device time; c10d's host cost of queueing is not in it";
+    case Timing::kCudaEvents:
+      return "CUDA events on the stream around the queued all-reduces (TORCH_NCCL_ENABLE_TIMING is off: small "
+             "sizes then include c10d's host cost of queueing)";
+  }
+  return "";
+}
+
+// Seconds per all-reduce of `buffer`, the mean over `iters`, timed as `timing` says. Gloo runs them
+// one by one. On a GPU they queue back to back on NCCL's stream, as in nccl-tests: the start event
+// precedes the first all-reduce on this rank's stream, the end event follows the last one (wait()
+// makes the stream wait for it); with NCCL's timing on, each work's own start and end events on
+// NCCL's stream give its duration, which excludes the gaps where the GPU waited for the host.
+double time_allreduce(ddp::ProcessGroup& group, torch::Tensor& buffer, int iters, Timing timing,
+                      const std::string& what) {
   std::vector<torch::Tensor> tensors{buffer};
-  if (!buffer.is_cuda()) {
+  if (timing == Timing::kHostClock) {
     const auto start = Clock::now();
     for (int i = 0; i < iters; ++i) group.allreduce_sum(buffer, what);
     return std::chrono::duration<double>(Clock::now() - start).count() / iters;
@@ -83,22 +118,32 @@ double time_allreduce(ddp::ProcessGroup& group, torch::Tensor& buffer, int iters
   end.record();
   group.wait_on_host(queued.back(), what);  // the host waits, bounded by the collective timeout
   end.synchronize();
-  return static_cast<double>(start.elapsed_time(end)) / 1000.0 / iters;
+  if (timing == Timing::kCudaEvents) return static_cast<double>(start.elapsed_time(end)) / 1000.0 / iters;
+  double milliseconds = 0;
+  for (auto& work : queued) milliseconds += work->getDuration();  // all complete: the last one is
+  return milliseconds / 1000.0 / iters;
 #else
+  (void)iters;
   throw ddp::Error("a CUDA buffer in a build without CUDA");
 #endif
 }
 
-// Seconds per copy of `source` into `target` on their device, the mean over `iters`.
+// Seconds per copy of `source` into `target` on their device, the mean over `iters` (a GPU's
+// copies timed with CUDA events, the CPU's with the host clock).
 double time_copy(torch::Tensor& target, const torch::Tensor& source, int iters) {
-  auto synchronize = [&] {
-    if (source.is_cuda()) torch::cuda::synchronize(source.device().index());
-  };
   target.copy_(source);  // warm-up: first touch of the pages, kernel load
-  synchronize();
+#ifdef DDPW_HAVE_CUDA
+  if (source.is_cuda()) {
+    at::cuda::CUDAEvent start(cudaEventDefault), end(cudaEventDefault);
+    start.record();
+    for (int i = 0; i < iters; ++i) target.copy_(source);
+    end.record();
+    end.synchronize();
+    return static_cast<double>(start.elapsed_time(end)) / 1000.0 / iters;
+  }
+#endif
   const auto start = Clock::now();
   for (int i = 0; i < iters; ++i) target.copy_(source);
-  synchronize();
   return std::chrono::duration<double>(Clock::now() - start).count() / iters;
 }
 
@@ -122,7 +167,7 @@ struct Result {
 };
 
 Result measure(ddp::ProcessGroup& group, const diagnostics::AllreducePattern& pattern, const torch::Device& device, uint64_t bytes,
-               const Sweep& sweep) {
+               const Sweep& sweep, Timing timing) {
   const int64_t count = static_cast<int64_t>(bytes / sizeof(float));
   const std::string what = "all-reduce of " + human_bytes(bytes);
 
@@ -132,9 +177,9 @@ Result measure(ddp::ProcessGroup& group, const diagnostics::AllreducePattern& pa
 
   // Timed on zeros: the sums cannot overflow however many iterations, and must stay zero.
   buffer.zero_();
-  if (sweep.warmup > 0) time_allreduce(group, buffer, sweep.warmup, what);
+  if (sweep.warmup > 0) time_allreduce(group, buffer, sweep.warmup, timing, what);
   group.barrier("barrier before timing the " + what);
-  const double seconds = time_allreduce(group, buffer, sweep.iters, what);
+  const double seconds = time_allreduce(group, buffer, sweep.iters, timing, what);
   wrong += buffer.ne(0).sum().item<int64_t>();
 
   return {max_over_ranks(group, device, seconds), sum_over_ranks(group, device, wrong)};
@@ -157,6 +202,9 @@ std::string versions(const ddp::ProcessGroup& group, [[maybe_unused]] const torc
   if (device.is_cuda()) {
     const long runtime = at::detail::getCUDAHooks().versionCUDART();
     v += ", CUDA runtime " + std::to_string(runtime / 1000) + "." + std::to_string(runtime % 1000 / 10) + " (torch's)";
+    int driver = 0;
+    if (cudaDriverGetVersion(&driver) == cudaSuccess)
+      v += ", driver supports CUDA " + std::to_string(driver / 1000) + "." + std::to_string(driver % 1000 / 10);
   }
 #endif
 #ifdef DDPW_HAVE_NCCL
@@ -174,6 +222,7 @@ int allreduce_check(const ddp::Options& options, const Sweep& sweep, const ddp::
   const bool rank0 = group.rank() == 0;
   const int n = group.size();
   const diagnostics::AllreducePattern pattern(n);
+  const Timing timing = timing_for(group);
   const std::vector<uint64_t> sizes = sizes_of(sweep);
 
   char line[256];
@@ -187,8 +236,9 @@ int allreduce_check(const ddp::Options& options, const Sweep& sweep, const ddp::
     std::printf("# %zu sizes, %s to %s (x%d); per size %d untimed warm-up and %d timed all-reduces\n",
                 sizes.size(), human_bytes(sizes.front()).c_str(), human_bytes(sizes.back()).c_str(), sweep.factor,
                 sweep.warmup, sweep.iters);
-    std::printf("# time = mean per all-reduce (%s), slowest rank; algbw = size / time; busbw = algbw * 2(n-1)/n, "
-                "n = %d\n#\n", device.is_cuda() ? "CUDA events on the stream" : "host clock", n);
+    std::printf("# time = mean per all-reduce, slowest rank; algbw = size / time; busbw = algbw * 2(n-1)/n, n = %d\n",
+                n);
+    std::printf("# timing: %s\n#\n", describe(timing).c_str());
     for (const auto& l : rank_lines) std::printf("%s\n", l.c_str());
     std::printf("#\n#%11s  %12s  %8s  %6s  %10s  %7s  %7s  %7s\n", "size", "count", "type", "redop", "time", "algbw",
                 "busbw", "#wrong");
@@ -199,7 +249,7 @@ int allreduce_check(const ddp::Options& options, const Sweep& sweep, const ddp::
   int64_t wrong_total = 0;
   double busbw_sum = 0;
   for (const uint64_t bytes : sizes) {
-    const Result r = measure(group, pattern, device, bytes, sweep);
+    const Result r = measure(group, pattern, device, bytes, sweep, timing);
     const double algbw = static_cast<double>(bytes) / r.seconds / 1e9;
     const double busbw = algbw * 2.0 * (n - 1) / n;
     wrong_total += r.wrong;
@@ -218,8 +268,9 @@ int allreduce_check(const ddp::Options& options, const Sweep& sweep, const ddp::
     std::printf("# Out of bounds values : %lld %s\n", static_cast<long long>(wrong_total), ok ? "OK" : "FAILED");
     std::printf("# Avg bus bandwidth    : %.3f GB/s\n", busbw_sum / sizes.size());
     std::printf("# memcpy bandwidth     : %.3f GB/s (copy of %s on %s, all ranks at once, slowest rank; "
-                "each byte read once and written once)\n",
-                copy / 1e9, human_bytes(sizes.back()).c_str(), device.str().c_str());
+                "each byte read once and written once; %s)\n",
+                copy / 1e9, human_bytes(sizes.back()).c_str(), device.str().c_str(),
+                device.is_cuda() ? "CUDA events" : "host clock");
     std::printf("%s\n", ok ? "OK" : "FAILED");
     std::fflush(stdout);
   }
@@ -251,6 +302,9 @@ int main(int argc, char** argv) {
         });
       });
 
+  // NCCL times each all-reduce on its own stream when asked before the group exists: the
+  // device-side duration this program reports (unless the environment says otherwise).
+  ::setenv("TORCH_NCCL_ENABLE_TIMING", "1", /*overwrite=*/0);
   ddp::LaunchEnv launch;
   const ddp::EnvMap env = ddp::current_environment();
   if (int rc = ddp::run_main([&] { launch = ddp::resolve_launch_env(env, ddp::launch_overrides(options)); return 0; },

@@ -69,7 +69,7 @@ inline torch::Tensor shard(const torch::Tensor& t, int rank, int world) {
 // micro_batches > 1: the first ones run under no_sync(), gradients accumulate, one sync at the end.
 // grads_to_none = false: zero_grad() zeroes .grad in place, and .grad lives in DDP's buckets.
 inline int train_and_compare(int rank, std::shared_ptr<ddp::ProcessGroup> pg, int micro_batches,
-                             bool grads_to_none = true) {
+                             bool grads_to_none = true, double tolerance = kTolerance) {
   const int world = pg->size();
   const torch::Device device = pg->device();
   auto model = make_mlp(100 + rank, false, device);  // every rank starts from different weights...
@@ -107,7 +107,7 @@ inline int train_and_compare(int rank, std::shared_ptr<ddp::ProcessGroup> pg, in
   const double diff = max_difference(*model, *reference);
   std::printf("rank %d of %d on %s, %d micro-batch(es): max |DDP - single process| = %.3g after %d steps\n", rank,
               world, device.str().c_str(), micro_batches, diff, kSteps);
-  return diff <= kTolerance ? 0 : 1;
+  return diff <= tolerance ? 0 : 1;
 }
 
 // A model with a branch that only some ranks use in some passes, and a layer nobody uses.

@@ -39,6 +39,12 @@ TEST(DdpEquivalence, NoSyncWithGradientsZeroedInPlaceEqualsOneProcess) {
   EXPECT_EQ(ddp_test::run_ranks(2, [](int r, auto pg) { return train_and_compare(r, pg, 3, false); }), 0);
 }
 
+// One rank sends nothing (the sum over one rank is itself), but its gradients still go through the
+// hooks, buckets and bucket views: training is plain training, bit for bit.
+TEST(DdpEquivalence, OneRankEqualsPlainTrainingBitForBit) {
+  EXPECT_EQ(ddp_test::run_ranks(1, [](int r, auto pg) { return train_and_compare(r, pg, 3, false, 0.0); }), 0);
+}
+
 TEST(DdpEquivalence, UnusedParameterIsNamedNotAHang) {
   EXPECT_EQ(ddp_test::run_ranks(2,
                                 [](int rank, auto pg) {

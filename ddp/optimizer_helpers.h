@@ -1,0 +1,67 @@
+// defines: what the course's optimizers (Adadelta, Sgd) share: the key of a parameter's state, the
+//          choice between multi-tensor (_foreach_*) and per-tensor updates as torch.optim makes it,
+//          and the grouping of parameters by device and dtype that multi-tensor kernels need.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <optional>
+#include <sstream>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+namespace ddp::optim_detail {
+
+// The optimizer's state is keyed by the parameter's TensorImpl: its address on LibTorch 2.x, the
+// address printed as text on 1.13 (what that version's serialize.h looks up).
+template <typename StateMap>
+typename StateMap::key_type state_key(const StateMap&, const torch::Tensor& param) {
+  if constexpr (std::is_same_v<typename StateMap::key_type, std::string>) {
+    std::ostringstream text;
+    text << param.unsafeGetTensorImpl();
+    return text.str();
+  } else {
+    return param.unsafeGetTensorImpl();
+  }
+}
+
+// torch.optim's default (foreach=None): multi-tensor kernels when every parameter is on a CUDA
+// device; on the CPU, one tensor at a time (there the _foreach_ ops are a loop over the same
+// per-tensor kernels, with nothing to gain).
+inline bool use_foreach(std::optional<bool> requested, const std::vector<torch::Tensor>& params) {
+  if (requested) return *requested;
+  if (params.empty()) return false;
+  for (const auto& p : params)
+    if (!p.is_cuda()) return false;
+  return true;
+}
+
+// Indices of `params` grouped by (device, dtype), in order of first appearance: a multi-tensor
+// kernel takes tensors of one device and one dtype (Optimizer._group_tensors_by_device_and_dtype).
+inline std::vector<std::vector<size_t>> group_by_device_and_dtype(const std::vector<torch::Tensor>& params) {
+  std::vector<std::vector<size_t>> groups;
+  for (size_t i = 0; i < params.size(); ++i) {
+    bool placed = false;
+    for (auto& g : groups) {
+      const auto& first = params[g.front()];
+      if (first.device() == params[i].device() && first.scalar_type() == params[i].scalar_type()) {
+        g.push_back(i);
+        placed = true;
+        break;
+      }
+    }
+    if (!placed) groups.push_back({i});
+  }
+  return groups;
+}
+
+// The tensors of `all` at `indices`.
+inline std::vector<torch::Tensor> pick(const std::vector<torch::Tensor>& all, const std::vector<size_t>& indices) {
+  std::vector<torch::Tensor> out;
+  out.reserve(indices.size());
+  for (size_t i : indices) out.push_back(all[i]);
+  return out;
+}
+
+}  // namespace ddp::optim_detail

@@ -1,0 +1,67 @@
+// The multi-tensor SGD step, in torch.optim's _multi_tensor_sgd order: every element sees the same
+// operations as in torch::optim::SGD::step (weight decay, momentum buffer, Nesterov, update).
+#include "ddp/sgd.h"
+
+#include "ddp/optimizer_helpers.h"
+
+namespace ddp {
+
+torch::Tensor Sgd::step(LossClosure closure) {
+  bool all_foreach = true;
+  for (const auto& group : param_groups_)
+    all_foreach = all_foreach && optim_detail::use_foreach(foreach_, group.params());
+  if (!all_foreach) return torch::optim::SGD::step(std::move(closure));  // the per-tensor step, unchanged
+
+  torch::NoGradGuard no_grad;
+  torch::Tensor loss;
+  if (closure != nullptr) {
+    at::AutoGradMode enable_grad(true);
+    loss = closure();
+  }
+  for (auto& group : param_groups_) {
+    const auto& options = static_cast<const torch::optim::SGDOptions&>(group.options());
+    const double lr = options.lr(), momentum = options.momentum(), dampening = options.dampening(),
+                 weight_decay = options.weight_decay();
+    std::vector<torch::Tensor> params;
+    for (const auto& p : group.params())
+      if (p.grad().defined()) {
+        TORCH_CHECK(!p.grad().is_sparse(), "Sgd's multi-tensor step does not support sparse gradients");
+        params.push_back(p);
+      }
+    for (const auto& indices : optim_detail::group_by_device_and_dtype(params)) {
+      const auto p = optim_detail::pick(params, indices);
+      std::vector<torch::Tensor> g;
+      g.reserve(p.size());
+      for (const auto& t : p) g.push_back(t.grad());
+      if (weight_decay != 0) g = torch::_foreach_add(g, p, weight_decay);
+      if (momentum != 0) {
+        // The momentum buffers; a parameter's first step starts its buffer from the gradient.
+        std::vector<torch::Tensor> buffers;
+        bool all_have_buffers = true;
+        for (const auto& t : p) all_have_buffers = all_have_buffers && state_.count(optim_detail::state_key(state_, t));
+        for (size_t i = 0; i < p.size(); ++i) {
+          auto& slot = state_[optim_detail::state_key(state_, p[i])];
+          if (!slot) {
+            auto fresh = std::make_unique<torch::optim::SGDParamState>();
+            fresh->momentum_buffer(torch::clone(g[i]).detach());
+            slot = std::move(fresh);
+          } else if (!all_have_buffers) {
+            auto& buf = static_cast<torch::optim::SGDParamState&>(*slot).momentum_buffer();
+            buf.mul_(momentum).add_(g[i], 1 - dampening);
+          }
+          buffers.push_back(static_cast<torch::optim::SGDParamState&>(*slot).momentum_buffer());
+        }
+        if (all_have_buffers) {
+          torch::_foreach_mul_(buffers, momentum);
+          torch::_foreach_add_(buffers, g, 1 - dampening);
+        }
+        // (Python adds in place into the gradients here; the result is the same, .grad stays as it was.)
+        g = options.nesterov() ? torch::_foreach_add(g, buffers, momentum) : buffers;
+      }
+      torch::_foreach_add_(p, g, -lr);
+    }
+  }
+  return loss;
+}
+
+}  // namespace ddp
