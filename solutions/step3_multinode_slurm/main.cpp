@@ -127,8 +127,8 @@ int worker(const ddp::Options& opt) {
     me.global_rank = ddp::env_int("SLURM_PROCID");
     me.local_rank = ddp::env_int("SLURM_LOCALID");
     me.world_size = ddp::env_int("SLURM_NTASKS");
-    if (auto nodes = ddp::env("SLURM_JOB_NODELIST")) me.master_addr = ddp::expand_hostlist(*nodes).front();
-    if (auto job = ddp::env_int("SLURM_JOB_ID")) me.master_port = ddp::job_port(*job);
+    if (!me.master_addr) me.master_addr = ddp::expand_hostlist(ddp::env("SLURM_JOB_NODELIST").value()).front();
+    if (!me.master_port) me.master_port = ddp::job_port(ddp::env_int("SLURM_JOB_ID").value());
   }
 
   const ddp::LaunchEnv launch = ddp::check_launch(me, opt);
