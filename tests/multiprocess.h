@@ -1,6 +1,9 @@
 // defines: run_ranks — runs a test body as N real processes (this test binary re-executed once per
 //          rank by ddp::spawn, with the same --gtest_filter), meeting through a fresh FileStore.
-// A worker runs only the test that spawned it (test_main.cpp), then exits.
+// A worker runs only the test that spawned it (test_main.cpp), then exits. A test with several
+// run_ranks() (e.g. save with 2 ranks, resume with 3) names each one's phase; a worker re-runs
+// the test from the top and skips every run_ranks() but its own phase's. Such phases share files
+// through shared_test_dir().
 #pragma once
 
 #include <gtest/gtest.h>
@@ -28,16 +31,19 @@ inline std::string current_test_name() {
 // In the test process: spawns n ranks and returns their combined exit code. In a rank: runs
 // body(rank, group) and exits with its code (0 = the rank's checks passed).
 inline int run_ranks(int n, const std::function<int(int rank, std::shared_ptr<ddp::ProcessGroup> pg)>& body,
-                     std::chrono::seconds timeout = std::chrono::seconds(60)) {
+                     std::chrono::seconds timeout = std::chrono::seconds(60), const std::string& phase = "") {
   if (!ddp::is_spawned_worker()) {
     char dir[] = "/tmp/ddpw-test-XXXXXX";
     if (!::mkdtemp(dir)) return 1;
     ::setenv("DDPW_TEST_STORE", (std::string(dir) + "/store").c_str(), 1);
     ::setenv("DDPW_TEST_NAME", current_test_name().c_str(), 1);
+    ::setenv("DDPW_TEST_PHASE", phase.c_str(), 1);
     const int rc = ddp::spawn(n, nullptr);
     ddp::remove_tree(dir);
     return rc;
   }
+  const char* my_phase = ::getenv("DDPW_TEST_PHASE");
+  if (phase != (my_phase ? my_phase : "")) return 0;  // another phase's workers: not ours
   // A worker runs only its parent's test (test_main.cpp narrows its filter), then ends.
   const int rc = ddp::spawn(n, [&](int rank) {
     return ddp::run_main(
@@ -55,6 +61,19 @@ inline int run_ranks(int n, const std::function<int(int rank, std::shared_ptr<dd
   });
   std::fflush(nullptr);
   ::_exit(rc);
+}
+
+// A folder every phase of the current test sees: the test process creates it (call it once per
+// test, before the first run_ranks) and its workers inherit the path. The test removes it.
+inline std::string shared_test_dir() {
+  if (ddp::is_spawned_worker()) {
+    const char* dir = ::getenv("DDPW_TEST_SHARED_DIR");
+    return dir ? dir : "";
+  }
+  char dir[] = "/tmp/ddpw-test-shared-XXXXXX";
+  if (!::mkdtemp(dir)) return "";
+  ::setenv("DDPW_TEST_SHARED_DIR", dir, 1);
+  return dir;
 }
 
 }  // namespace ddp_test
