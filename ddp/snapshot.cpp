@@ -1,21 +1,10 @@
 #include "ddp/snapshot.h"
 
-#include <dirent.h>
-#include <fcntl.h>
-#include <signal.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <array>
-#include <cerrno>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <fstream>
 #include <sstream>
 
+#include "ddp/checked_file.h"
 #include "ddp/error.h"
-#include "ddp/files.h"
 
 #ifdef DDPW_HAVE_CUDA
 #include <ATen/cuda/CUDAGeneratorImpl.h>
@@ -24,51 +13,15 @@
 namespace ddp {
 namespace {
 
-// File layout: magic, version, payload size, CRC-32 of the payload, payload (a LibTorch archive).
-// LibTorch's own loader checks neither bytes nor shapes: a flipped byte or another model would load.
-constexpr char kMagic[8] = {'D', 'D', 'P', 'W', 'S', 'N', 'A', 'P'};
+// File layout (checked_file.h): magic, version, payload size, CRC-32 of the payload, payload (a
+// LibTorch archive). LibTorch's own loader checks neither bytes nor shapes: a flipped byte or another
+// model would load.
+constexpr std::string_view kMagic = "DDPWSNAP";
 constexpr uint32_t kVersion = 1;
-constexpr size_t kHeaderSize = 8 + 4 + 8 + 4;
-
-uint32_t crc32(const std::string& data) {
-  static const auto table = [] {
-    std::array<uint32_t, 256> t{};
-    for (uint32_t i = 0; i < 256; ++i) {
-      uint32_t c = i;
-      for (int k = 0; k < 8; ++k) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-      t[i] = c;
-    }
-    return t;
-  }();
-  uint32_t c = 0xFFFFFFFFu;
-  for (unsigned char byte : data) c = table[(c ^ byte) & 0xFF] ^ (c >> 8);
-  return c ^ 0xFFFFFFFFu;
-}
-
-template <typename T>
-void put(std::string& out, T value) {
-  out.append(reinterpret_cast<const char*>(&value), sizeof value);
-}
-template <typename T>
-T take(const std::string& in, size_t offset) {
-  T value;
-  std::memcpy(&value, in.data() + offset, sizeof value);
-  return value;
-}
 
 Error snapshot_error(const std::string& path, const std::string& why) {
   return Error("snapshot '" + path + "' " + why + "; it was left untouched",
                "restore a good copy, or start again with --fresh (or another --snapshot path)");
-}
-
-void write_all(int fd, const std::string& data, const std::string& path) {
-  size_t done = 0;
-  while (done < data.size()) {
-    const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) throw Error("cannot write '" + path + "': " + std::strerror(errno), "check free space and quota (df -h, quota)");
-    done += static_cast<size_t>(n);
-  }
 }
 
 void write_tensors(torch::serialize::OutputArchive& archive, torch::nn::Module& model) {
@@ -107,47 +60,21 @@ void read_model(torch::serialize::InputArchive& archive, torch::nn::Module& mode
 
 // Opens, checks and unpacks the file into an archive; nullopt if it does not exist.
 std::optional<torch::serialize::InputArchive> open_archive(const std::string& path, const torch::Device& device) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    if (!path_exists(path)) return std::nullopt;
-    throw snapshot_error(path, "cannot be read (" + std::string(std::strerror(errno)) + ")");
+  std::optional<CheckedPayload> payload;
+  try {
+    payload = read_checked_file(path, kMagic, kVersion, "snapshot");
+  } catch (const CheckedFileError& e) {
+    throw snapshot_error(path, e.what());
   }
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (bytes.size() < kHeaderSize) throw snapshot_error(path, "is truncated (" + std::to_string(bytes.size()) + " bytes)");
-  if (std::memcmp(bytes.data(), kMagic, sizeof kMagic) != 0)
-    throw snapshot_error(path, "is not a ddp-workshop snapshot (wrong magic bytes)");
-  if (take<uint32_t>(bytes, 8) != kVersion)
-    throw snapshot_error(path, "has format version " + std::to_string(take<uint32_t>(bytes, 8)) + ", expected " +
-                                   std::to_string(kVersion));
-  const auto size = take<uint64_t>(bytes, 12);
-  const auto crc = take<uint32_t>(bytes, 20);
-  if (bytes.size() - kHeaderSize != size)
-    throw snapshot_error(path, "is truncated or padded: " + std::to_string(bytes.size() - kHeaderSize) +
-                                   " bytes of data, the header says " + std::to_string(size));
-  std::string payload = bytes.substr(kHeaderSize);
-  if (crc32(payload) != crc) throw snapshot_error(path, "is corrupt (checksum mismatch)");
+  if (!payload) return std::nullopt;
   torch::serialize::InputArchive archive;
   try {
-    std::istringstream stream(payload);
+    std::istringstream stream(payload->bytes);
     archive.load_from(stream, device);
   } catch (const c10::Error& e) {
     throw snapshot_error(path, std::string("cannot be unpacked: ") + e.what_without_backtrace());
   }
   return archive;
-}
-
-// A save killed mid-write leaves <path>.tmp.<pid> behind: remove those whose writer is gone.
-void remove_stale_temp_files(const std::string& path) {
-  const std::string dir = parent_dir(path), prefix = base_name(path) + ".tmp.";
-  DIR* d = ::opendir(dir.c_str());
-  if (!d) return;
-  while (const dirent* e = ::readdir(d)) {
-    const std::string name = e->d_name;
-    if (name.rfind(prefix, 0) != 0) continue;
-    const int pid = std::atoi(name.c_str() + prefix.size());
-    if (pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH) ::unlink((dir + "/" + name).c_str());
-  }
-  ::closedir(d);
 }
 
 torch::Device device_of(torch::nn::Module& model) {
@@ -176,38 +103,8 @@ void save_snapshot(const std::string& path, torch::nn::Module& model, torch::opt
 #endif
   std::ostringstream payload_stream;
   archive.save_to(payload_stream);
-  const std::string payload = payload_stream.str();
-  std::string file(kMagic, sizeof kMagic);
-  put<uint32_t>(file, kVersion);
-  put<uint64_t>(file, payload.size());
-  put<uint32_t>(file, crc32(payload));
-  file += payload;
-
-  // Temp file in the same folder, fsync, rename over the old one, fsync the folder: a crash at
-  // any moment leaves either the old snapshot or the new one, never a torn file.
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) throw Error("cannot create '" + tmp + "': " + std::strerror(errno), "choose a writable --snapshot path");
-  try {
-    write_all(fd, file, tmp);
-    if (::fsync(fd) != 0) throw Error("cannot flush '" + tmp + "': " + std::strerror(errno), "check the filesystem");
-  } catch (...) {
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    throw;
-  }
-  ::close(fd);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const std::string why = std::strerror(errno);
-    ::unlink(tmp.c_str());
-    throw Error("cannot replace '" + path + "': " + why, "choose a writable --snapshot path");
-  }
-  const int dfd = ::open(parent_dir(path).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
-  }
-  remove_stale_temp_files(path);
+  // Atomic: a crash at any moment leaves either the old snapshot or the new one, never a torn file.
+  write_checked_file(path, kMagic, kVersion, payload_stream.str());
 }
 
 std::optional<TrainingState> load_snapshot(const std::string& path, torch::nn::Module& model,
