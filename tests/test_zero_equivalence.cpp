@@ -83,6 +83,7 @@ struct Variant {
   int micro_batches = 1;   // > 1: all but the last under no_sync()
   double clip = 0;         // > 0: clip by the global norm before each step
   bool grads_to_none = true;
+  bool no_sync = true;     // false: every micro-batch's backward communicates, and the results add up
 };
 
 int zero_equals_ddp(int rank, std::shared_ptr<ddp::ProcessGroup> pg, Variant v) {
@@ -121,7 +122,7 @@ int zero_equals_ddp(int rank, std::shared_ptr<ddp::ProcessGroup> pg, Variant v) 
     for (int m = 0; m < v.micro_batches; ++m) {
       auto [x, y] = batch(step * v.micro_batches + m);
       const auto xs = shard(x, rank, world), ys = shard(y, rank, world);
-      if (m + 1 < v.micro_batches) {
+      if (m + 1 < v.micro_batches && v.no_sync) {
         auto a = zero.no_sync();
         auto b = ddp_model.no_sync();
         torch::mse_loss(zero->forward(xs), ys).backward();
@@ -188,6 +189,8 @@ TEST(ZeroEquivalence, Zero2TwoRanksClippedEqualsDdp) { EXPECT_EQ(run(2, {2, 1, k
 TEST(ZeroEquivalence, Zero2ThreeRanksEqualsDdp) { EXPECT_EQ(run(3, {2, 1, 0}), 0); }
 TEST(ZeroEquivalence, Zero2TwoRanksNoSyncClippedEqualsDdp) { EXPECT_EQ(run(2, {2, 3, kClip}), 0); }
 TEST(ZeroEquivalence, Zero2ThreeRanksNoSyncZeroedInPlaceEqualsDdp) { EXPECT_EQ(run(3, {2, 3, 0, false}), 0); }
+// DeepSpeed's way to accumulate: every micro-batch reduces; ZeRO-2 adds into its gradient slice.
+TEST(ZeroEquivalence, Zero2TwoRanksSyncedAccumulationEqualsDdp) { EXPECT_EQ(run(2, {2, 2, kClip, true, false}), 0); }
 
 // Each rank holds 1/N of the optimizer state (and, under ZeRO-2, of the gradients): counted from the tensors.
 TEST(ZeroEquivalence, EachRankHoldsItsShareOfTheState) {
