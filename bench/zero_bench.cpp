@@ -49,7 +49,7 @@ struct BenchOptions {
   int64_t width = 1024;
   int layers = 10;
   int batch_size = 32;
-  int64_t samples = 1024;
+  int64_t samples = 256;
   int warmup = 3;
   int steps = 20;
   double bucket_mb = 25;

@@ -56,9 +56,9 @@ void all_gather_slices(ProcessGroup& pg, std::vector<torch::Tensor>& flats, cons
   std::vector<torch::Tensor> inputs;
   for (auto& flat : flats) {
     const int64_t slice = flat.numel() / n;
-    // NCCL gathers in place; Gloo copies through its own buffer, so give it a slice of its own.
-    auto mine = flat.narrow(0, pg.rank() * slice, slice);
-    inputs.push_back(pg.backend_name() == "nccl" ? mine : mine.clone());
+    // In place: this rank's slice is the input. NCCL allows it; Gloo gathers into a buffer of its
+    // own and copies the result back afterwards, so its input is never overwritten while it reads.
+    inputs.push_back(flat.narrow(0, pg.rank() * slice, slice));
     works.push_back(pg.backend()._allgather_base(flat, inputs.back()));
   }
   for (auto& w : works) pg.wait(w, what);
