@@ -40,7 +40,22 @@ void ShardedAdamW::step() {
   DDP_CHECK(reducer_->has_gradients(), "ShardedAdamW::step() without a synchronized backward pass since zero_grad()",
             "call loss.backward() outside no_sync() before step(): only a synchronized pass reduces the gradients");
   ++steps_;
-  adam_step(reducer_->parameter_shards(), reducer_->gradient_shards(), exp_avg_, exp_avg_sq_, steps_, options_);
+  // In groups of about one bucket: adam_step's temporaries (the denominators) are then a bucket's
+  // size, not the whole shard's (torch.optim's foreach AdamW allocates them for every parameter at once).
+  const auto params = reducer_->parameter_shards(), grads = reducer_->gradient_shards();
+  const auto cap = static_cast<int64_t>(reducer_->options().bucket_mb * 1024 * 1024);
+  size_t first = 0;
+  int64_t bytes = 0;
+  for (size_t k = 0; k < params.size(); ++k) {
+    bytes += static_cast<int64_t>(params[k].nbytes());
+    if (bytes < cap && k + 1 < params.size()) continue;
+    const auto group = [&](const std::vector<torch::Tensor>& v) {
+      return std::vector<torch::Tensor>(v.begin() + first, v.begin() + k + 1);
+    };
+    adam_step(group(params), group(grads), group(exp_avg_), group(exp_avg_sq_), steps_, options_);
+    first = k + 1;
+    bytes = 0;
+  }
   reducer_->all_gather_parameters();
 }
 

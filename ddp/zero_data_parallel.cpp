@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "ddp/error.h"
+#include "ddp/host_memory.h"
 #include "ddp/model_broadcast.h"
 
 namespace ddp {
@@ -33,6 +34,9 @@ ZeroReducer::ZeroReducer(std::shared_ptr<torch::nn::Module> module, std::shared_
   DDP_CHECK(!params_.empty(), "the module has no parameter that requires a gradient", "nothing to train");
   broadcast_from_rank0(*module_, names_, params_, *pg_, options_.broadcast_buffers);
   build_buckets();
+  // The parameters' old storage, now copied into the buckets, goes back to the kernel: the
+  // allocator's keep-freed policy (host_memory.h) would otherwise hold it resident for good.
+  if (!params_[0].is_cuda()) release_freed_host_memory();
   hooks_ = std::make_unique<GradientHooks>(params_, [this](size_t i) { on_gradient_ready(i); });
 }
 

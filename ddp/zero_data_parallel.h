@@ -66,6 +66,7 @@ class ZeroReducer {
   ZeroReducer& operator=(const ZeroReducer&) = delete;
 
   int stage() const { return options_.stage; }
+  const ZeroOptions& options() const { return options_; }
   ProcessGroup& process_group() { return *pg_; }
   torch::nn::Module& module() { return *module_; }
   const std::vector<torch::Tensor>& parameters() const { return params_; }
