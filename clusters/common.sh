@@ -1,13 +1,16 @@
 # shellcheck shell=bash
 # defines: the shell code every batch script under clusters/ shares (sourced, never run):
-#   ddpw_setup SITE     project paths, the site's modules (env.sh), placeholder checks, a banner
-#   ddpw_first_host     first host of the job's nodelist (the master / rendezvous host)
-#   ddpw_job_port       a port derived from the job id (two jobs sharing a node differ)
-#   ddpw_free_port      a port nobody listens on right now, on this host
-#   ddpw_export_master  exports WORLD_SIZE, MASTER_ADDR (first node) and MASTER_PORT (PORT or job's)
-#   ddpw_gpus_per_node  GPUs Slurm gave this job on each node
-#   ddpw_check_data DIR the four MNIST-style IDX files are in DIR (compute nodes have no internet)
-#   ddpw_run CMD...     runs the job step, forwards the time-limit signal, requeues on exit 75
+#   ddpw_setup SITE       project paths, the site's run-time modules (env.sh), placeholder checks, a banner
+#   ddpw_args DEFAULTS... -- "$@"   the program's arguments: the script's, else DDPW_ARGS, else DEFAULTS
+#   ddpw_program PROG [OPTIONS...]   DDPW_CMD: PROG, --device cuda, OPTIONS, those arguments, DDPW_EXTRA_ARGS
+#   ddpw_first_host       first host of the job's nodelist (the master / rendezvous host)
+#   ddpw_job_port         a rendezvous port for this job on this host (concurrent jobs, array tasks and
+#                         requeues never get the same one)
+#   ddpw_export_master    exports WORLD_SIZE, MASTER_ADDR (first node) and MASTER_PORT (ddpw_job_port)
+#   ddpw_rendezvous       the same, or with DDPW_RENDEZVOUS=file a fresh rendezvous file (--init-method)
+#   ddpw_gpus_per_node    GPUs Slurm gave this job on each node
+#   ddpw_check_data DIR   the four MNIST-style IDX files are in DIR (compute nodes have no internet)
+#   ddpw_run CMD...       runs the job step, forwards the time-limit signal, requeues on exit 75
 #
 # Settings a user (or a test) may export before sbatch — sbatch passes the environment on:
 #   DDPW_ROOT        the project (default: the folder sbatch was run from)
@@ -15,8 +18,13 @@
 #   DDPW_PROGRAMS    the steps the scripts run (default: $DDPW_BIN/solutions; DDPW_PROGRAMS=$DDPW_BIN
 #                    runs your own exercises instead)
 #   DDPW_SITE_ENV    a file sourced instead of clusters/<site>/env.sh (other modules, a test env)
-#   DDPW_EXTRA_ARGS  appended to every program's arguments, e.g. "--device cpu"
-#   DDPW_SNAPSHOT    the snapshot file (default: snapshots/<job name>.pt in the submit folder)
+#   DDPW_ARGS        the program's arguments when the script gets none (e.g. "50 10"; for submit
+#                    commands that may not pass a script's arguments on, like LLsub)
+#   DDPW_EXTRA_ARGS  appended to every program's arguments, after the script's own, so they win
+#                    (e.g. "--device cpu": the scripts pass --device cuda first)
+#   DDPW_SNAPSHOT    the snapshot file (default: see ddpw_setup)
+#   DDPW_RENDEZVOUS  "file": the ranks meet through a fresh file in the submit folder, not over TCP
+#                    (the scripts that call ddpw_rendezvous: Della's)
 #   DDPW_MPI_FLAGS_EXTRA  appended to mpirun's flags (e.g. --allow-run-as-root --oversubscribe)
 
 ddpw_die() { echo "ddpw: error: $*" >&2; exit 2; }
@@ -28,17 +36,24 @@ ddpw_setup() {
   DDPW_SITE=$site
   DDPW_BIN=${DDPW_BIN:-$DDPW_ROOT/build/bin}
   DDPW_PROGRAMS=${DDPW_PROGRAMS:-$DDPW_BIN/solutions}
-  DDPW_SNAPSHOT=${DDPW_SNAPSHOT:-$SLURM_SUBMIT_DIR/snapshots/$SLURM_JOB_NAME.pt}
-  # shellcheck disable=SC2034  # used by the scripts that source this file
-  read -r -a DDPW_EXTRA <<< "${DDPW_EXTRA_ARGS:-}"  # as an array: "${DDPW_EXTRA[@]}"
+  [ -d "$DDPW_BIN" ] || ddpw_die "$DDPW_BIN not found: build first (see clusters/$site/README.md) or set DDPW_BIN"
+  [ -d "$DDPW_PROGRAMS" ] || ddpw_die "$DDPW_PROGRAMS not found: build first, or set DDPW_PROGRAMS (the folder of the step programs)"
+  DDPW_SNAPSHOT=${DDPW_SNAPSHOT:-$(ddpw_default_snapshot)}
   mkdir -p "$(dirname "$DDPW_SNAPSHOT")"
+  # --device cuda, not auto: on a node whose driver is too old for the build, auto would train on
+  # the CPU without a word; cuda stops with the reason. (DDPW_EXTRA_ARGS="--device cpu" still wins.)
+  DDPW_DEFAULTS=(--device cuda)
+  DDPW_EXTRA=()
+  read -r -a DDPW_EXTRA <<< "${DDPW_EXTRA_ARGS:-}"
 
   local env_file=${DDPW_SITE_ENV:-$DDPW_ROOT/clusters/$site/env.sh}
   [ -f "$env_file" ] || ddpw_die "$env_file not found: set DDPW_SITE_ENV or DDPW_ROOT (the project folder)"
-  # Module scripts are not written for `set -u`: relax it while they run.
+  # A job loads the run-time modules only (env.sh: ddpw_load run ...); a build module that a site
+  # renamed cannot stop it. Module scripts are not written for `set -u`: relax it while they run.
+  export DDPW_MODULES=run
   set +u
   # shellcheck source=/dev/null
-  source "$env_file"
+  source "$env_file" || { set -u; ddpw_die "$env_file failed (its message is above): fix it, or point DDPW_SITE_ENV at your own copy"; }
   set -u
 
   # Placeholders left in the #SBATCH lines: say which option to give instead of failing later.
@@ -52,34 +67,107 @@ ddpw_setup() {
       *change_me*) ddpw_die "--$what is still the placeholder '$value': submit with sbatch --$what=<yours> (or edit the #SBATCH line)" ;;
     esac
   done
-  [ -d "$DDPW_BIN" ] || ddpw_die "$DDPW_BIN not found: build first (see clusters/$site/README.md) or set DDPW_BIN"
-  [ -d "$DDPW_PROGRAMS" ] || ddpw_die "$DDPW_PROGRAMS not found: build first, or set DDPW_PROGRAMS (the folder of the step programs)"
 
   echo "# ddp-workshop | site $site | job ${SLURM_JOB_ID} (${SLURM_JOB_NAME:-?})" \
        "restart ${SLURM_RESTART_COUNT:-0} | $(date '+%F %T')"
   echo "# nodes ${SLURM_JOB_NUM_NODES:-1}: ${SLURM_JOB_NODELIST:-$(hostname -s)} |" \
        "tasks ${SLURM_NTASKS:-?} | GPUs per node $(ddpw_gpus_per_node) | batch host $(hostname -s)"
   echo "# programs $DDPW_PROGRAMS"
+  echo "# snapshot $DDPW_SNAPSHOT"
+}
+
+# snapshots/<job name>.<solution|exercise>[.<array task>].pt in the submit folder: the learner's
+# exercise (DDPW_PROGRAMS=$PWD/build/bin) never resumes the solution's snapshot, nor the other way
+# round, and the tasks of a job array (one job name) do not share one file.
+ddpw_default_snapshot() {
+  local programs bin kind
+  programs=$(cd "$DDPW_PROGRAMS" && pwd -P)
+  bin=$(cd "$DDPW_BIN" && pwd -P)
+  case $programs in
+    "$bin/solutions") kind=solution ;;
+    "$bin") kind=exercise ;;
+    *) kind=programs-$(printf '%s' "$programs" | cksum | cut -d' ' -f1) ;;  # another folder: its own file
+  esac
+  echo "$SLURM_SUBMIT_DIR/snapshots/$SLURM_JOB_NAME.$kind${SLURM_ARRAY_TASK_ID:+.$SLURM_ARRAY_TASK_ID}.pt"
+}
+
+# ddpw_args DEFAULT... -- "$@": sets DDPW_ARGV to the script's arguments, else the words of
+# DDPW_ARGS, else the defaults, and prints them in the log.
+ddpw_args() {
+  local -a defaults=()
+  while [ $# -gt 0 ] && [ "$1" != -- ]; do defaults+=("$1"); shift; done
+  [ "${1:-}" = -- ] && shift
+  local from="the script's arguments"
+  if [ $# -gt 0 ]; then
+    DDPW_ARGV=("$@")
+  elif [ -n "${DDPW_ARGS:-}" ]; then
+    read -r -a DDPW_ARGV <<< "$DDPW_ARGS"
+    from=DDPW_ARGS
+  else
+    DDPW_ARGV=(${defaults[@]+"${defaults[@]}"})
+    from="the script's defaults"
+  fi
+  echo "# arguments ${DDPW_ARGV[*]:-(none)} ($from)"
+}
+
+# ddpw_program PROGRAM [OPTIONS...]: DDPW_CMD is PROGRAM and its arguments, in the order that lets
+# the user's win (CLI11 keeps the last value of an option): the course's defaults, the script's
+# OPTIONS (snapshot, data), the job's arguments (ddpw_args), then DDPW_EXTRA_ARGS.
+ddpw_program() {
+  local program=${1:?ddpw_program PROGRAM [OPTIONS...]}; shift
+  # ${a[@]+"${a[@]}"}: an empty array under `set -u` is an error in bash < 4.4.
+  # shellcheck disable=SC2034  # the scripts run "${DDPW_CMD[@]}"
+  DDPW_CMD=("$program" "${DDPW_DEFAULTS[@]}" "$@" ${DDPW_ARGV[@]+"${DDPW_ARGV[@]}"} ${DDPW_EXTRA[@]+"${DDPW_EXTRA[@]}"})
 }
 
 # sed reads the whole list: `| head -n 1` ends the pipe early, and on a job of a few hundred nodes
 # scontrol then dies of SIGPIPE, which `set -o pipefail` turns into a failed script.
 ddpw_first_host() { scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p; }
 
-ddpw_job_port() { echo $((20000 + SLURM_JOB_ID % 20000)); }
-
-ddpw_free_port() {
-  # Bind port 0 and read what the kernel chose (SuperCloud's trick); python3 is on every site.
-  python3 -c 'import socket; s = socket.socket(); s.bind(("", 0)); print(s.getsockname()[1]); s.close()'
+# A TCP port for this job's rendezvous, chosen on the host that will serve it (the batch script
+# runs on the job's first node). Not a fixed port: two jobs sharing a node would meet (one fails
+# with "port in use", or silently joins the other's store, as torchrun's c10d rendezvous does).
+# Not a port the kernel hands out for outgoing connections either (32768-60999): one could take it
+# between choosing and serving. So: 15000-29999, starting at a place derived from the job id
+# (each array task has its own SLURM_JOB_ID) and the restart count (a requeued job gets a new
+# one), then the first port nothing on this host is bound to.
+ddpw_job_port() {
+  # Every TCP socket of this host's network namespace, listening, connected or closing, holds its
+  # local port (/proc/net/tcp*: "sl local_address ...", the port in hex after the colon).
+  local -A held=()
+  local _ address port i first=15000 span=15000
+  while read -r _ address _; do
+    [[ $address == *:* ]] && held[$((16#${address##*:}))]=1
+  done < <(cat /proc/net/tcp /proc/net/tcp6 2>/dev/null)
+  local start=$(( (SLURM_JOB_ID * 31 + ${SLURM_RESTART_COUNT:-0} * 7919) % span ))
+  for ((i = 0; i < span; i++)); do
+    port=$((first + (start + i) % span))
+    [ -n "${held[$port]:-}" ] || { echo "$port"; return 0; }
+  done
+  ddpw_die "no free TCP port in $first-$((first + span - 1)) on $(hostname -s)"
 }
 
 # The env:// rendezvous by hand (Delta, Della): every task reads these three, rank = SLURM_PROCID.
 ddpw_export_master() {
   export WORLD_SIZE=$SLURM_NTASKS
   MASTER_ADDR=$(ddpw_first_host)
-  MASTER_PORT=${1:-$(ddpw_job_port)}
+  MASTER_PORT=$(ddpw_job_port)
   export MASTER_ADDR MASTER_PORT
   echo "# WORLD_SIZE=$WORLD_SIZE MASTER_ADDR=$MASTER_ADDR MASTER_PORT=$MASTER_PORT"
+}
+
+# ddpw_rendezvous: how the ranks of this job meet. Over TCP (default): ddpw_export_master. With
+# DDPW_RENDEZVOUS=file, through a file on the filesystem every node shares (the submit folder), as
+# Della's guide shows (init_method='file://...'): a fresh path per job and per attempt (a requeued job
+# keeps its id), so no run meets an earlier run's keys.
+ddpw_rendezvous() {
+  if [ "${DDPW_RENDEZVOUS:-tcp}" != file ]; then ddpw_export_master; return; fi
+  local file=$SLURM_SUBMIT_DIR/rendezvous/$SLURM_JOB_ID.${SLURM_RESTART_COUNT:-0}
+  mkdir -p "${file%/*}"
+  rm -f "$file"
+  export WORLD_SIZE=$SLURM_NTASKS
+  DDPW_DEFAULTS+=(--init-method "file://$file")
+  echo "# WORLD_SIZE=$WORLD_SIZE rendezvous file://$file"
 }
 
 # Slurm's own count. Not Della's old recipe, which counts the *digits* of SLURM_JOB_GPUS

@@ -2,9 +2,12 @@
 #   1. an explicit Torch_DIR or CMAKE_PREFIX_PATH (a libtorch archive, a cluster module);
 #   2. the active Python's torch (python3 on PATH, or -DPython3_EXECUTABLE=...);
 #   3. the torch that scripts/setup.sh installed ($DDPW_HOME, default ~/.cache/ddp-workshop);
-#   4. the system (Debian's libtorch-dev, with libgloo-dev for the Gloo headers).
-# Stops with a fix-it message when none is found. Sets DDPW_TORCH_CUDA (ON when this LibTorch
-# has CUDA, so the CUDA/NCCL code is compiled even on a machine without a GPU).
+#   4. the system (/usr, /usr/local).
+# Stops with a fix-it message when none is found, or when it is older than the oldest LibTorch the
+# course supports (DDPW_OLDEST_TORCH: the one CI builds and tests). Sets DDPW_TORCH_CUDA (ON when
+# this LibTorch has CUDA, so the CUDA/NCCL code is compiled even on a machine without a GPU),
+# DDPW_NCCL (the NCCL backend is built; its nccl.h and the CUDA toolkit are checked against
+# LibTorch's, cmake/CudaStack.cmake) and DDPW_GLOO (Gloo's headers were found: CPU ranks can run).
 
 function(_ddpw_torch_prefix_from_python python out)
   execute_process(
@@ -18,7 +21,10 @@ function(_ddpw_torch_prefix_from_python python out)
 endfunction()
 
 set(_ddpw_torch_source "")
-if(Torch_DIR OR CMAKE_PREFIX_PATH)
+if(Torch_DIR AND DEFINED CACHE{_DDPW_TORCH_FOUND_DIR} AND Torch_DIR STREQUAL _DDPW_TORCH_FOUND_DIR)
+  # A reconfigure: find_package cached the Torch_DIR found the first time; say where that came from.
+  set(_ddpw_torch_source "${_DDPW_TORCH_FOUND_SOURCE}")
+elseif(Torch_DIR OR CMAKE_PREFIX_PATH)
   set(_ddpw_torch_source "explicit Torch_DIR/CMAKE_PREFIX_PATH")
 else()
   if(DEFINED Python3_EXECUTABLE)
@@ -85,9 +91,30 @@ if(NOT Torch_FOUND)
     "  - run scripts/setup.sh (installs the torch wheel into ~/.cache/ddp-workshop), or\n"
     "  - pip install torch, and configure with that python3 on PATH, or\n"
     "  - point at a libtorch: cmake -DCMAKE_PREFIX_PATH=/path/to/libtorch ..., or\n"
-    "  - on a cluster: module load the site's pytorch module before cmake, or\n"
-    "  - on Debian without PyPI: apt-get install libtorch-dev libgloo-dev")
+    "  - on a cluster: module load the site's pytorch module before cmake.")
 endif()
+
+# The oldest LibTorch the course supports is the one CI builds and tests (README: "Which LibTorch").
+# 1.x is refused: its API differs (no zero_grad(set_to_none), Backend vs ProcessGroup, a torchrun
+# store protocol 2.x launchers do not speak) and the tests do not compile with it. An older 2.x
+# may work but is untested: say so, loudly.
+set(DDPW_OLDEST_TORCH 2.11)
+set(_ddpw_torch_fix
+  "use torch ${DDPW_OLDEST_TORCH} or newer: pip install torch==2.11.0 into a venv (no root needed; "
+  "scripts/setup.sh does it in ~/.cache/ddp-workshop) and configure with its python3 first on PATH, or "
+  "module load a newer pytorch module")
+string(JOIN "" _ddpw_torch_fix ${_ddpw_torch_fix})
+if(Torch_VERSION AND Torch_VERSION VERSION_LESS 2)
+  message(FATAL_ERROR "LibTorch ${Torch_VERSION} (from ${_ddpw_torch_source}) is not supported: the oldest "
+                      "LibTorch this course builds with is ${DDPW_OLDEST_TORCH}.\nFix: ${_ddpw_torch_fix}.")
+elseif(Torch_VERSION AND Torch_VERSION VERSION_LESS DDPW_OLDEST_TORCH)
+  message(WARNING "LibTorch ${Torch_VERSION} (from ${_ddpw_torch_source}) is older than ${DDPW_OLDEST_TORCH}, "
+                  "the oldest this course is tested with: it may build and run, but nothing checks it. "
+                  "If it fails: ${_ddpw_torch_fix}.")
+endif()
+
+set(_DDPW_TORCH_FOUND_DIR "${Torch_DIR}" CACHE INTERNAL "the Torch_DIR this build found")
+set(_DDPW_TORCH_FOUND_SOURCE "${_ddpw_torch_source}" CACHE INTERNAL "where that Torch_DIR came from")
 
 set(DDPW_TORCH_VERSION "${Torch_VERSION}")
 if(NOT DDPW_TORCH_VERSION)
@@ -114,16 +141,40 @@ if(DDPW_TORCH_CUDA)
     message(FATAL_ERROR "LibTorch has CUDA but nccl.h was not found, so the NCCL backend cannot be "
                         "built. Set NCCL_HOME (or module load nccl), or pip install nvidia-nccl-cu13.")
   endif()
+  # One CUDA stack per process: nccl.h and the toolkit must be LibTorch's versions.
+  include(CudaStack)
+  find_library(DDPW_TORCH_CUDA_LIBRARY torch_cuda PATHS "${TORCH_INSTALL_PREFIX}/lib" NO_DEFAULT_PATH)
+  ddpw_probe_torch_cuda_stack("${DDPW_TORCH_CUDA_LIBRARY}")
+  ddpw_nccl_header_version("${DDPW_NCCL_INCLUDE_DIR}" DDPW_NCCL_HEADER_VERSION)
+  ddpw_check_cuda_stack(
+    TORCH_NCCL "${DDPW_TORCH_NCCL_VERSION}" LOADED_NCCL "${DDPW_LOADED_NCCL_VERSION}"
+    HEADER_NCCL "${DDPW_NCCL_HEADER_VERSION}" HEADER_DIR "${DDPW_NCCL_INCLUDE_DIR}"
+    TORCH_CUDA "${DDPW_TORCH_CUDART_VERSION}" TOOLKIT_CUDA "${CUDAToolkit_VERSION}" TOOLKIT_DIR "${CUDAToolkit_BIN_DIR}")
+  message(STATUS "ddp-workshop: NCCL ${DDPW_NCCL_HEADER_VERSION} (${DDPW_NCCL_INCLUDE_DIR}/nccl.h; LibTorch's: "
+                 "${DDPW_TORCH_NCCL_VERSION}), CUDA toolkit ${CUDAToolkit_VERSION} (LibTorch's runtime: "
+                 "${DDPW_TORCH_CUDART_VERSION})")
 endif()
 
-# Gloo's headers: c10d's ProcessGroupGloo.hpp includes them, but neither the torch wheel nor
-# Debian's libtorch-dev ships them. Only their declarations are used (the Gloo code itself lives
-# in libtorch_cpu), so the headers of Debian's libgloo-dev or a Gloo checkout serve.
+# Gloo's headers: c10d's ProcessGroupGloo.hpp includes them, but no LibTorch ships them. Only their
+# declarations are used (the Gloo code itself lives in libtorch_cpu), so the headers of Debian's
+# libgloo-dev serve. Without them the build has no Gloo backend (ddp/no_gloo_backend.cpp): a GPU
+# build still runs every step with NCCL, but CPU ranks (--device cpu, --backend gloo) stop at
+# start-up and say how to get Gloo.
+set(DDPW_GLOO_FIX "apt-get install libgloo-dev (scripts/setup.sh does, as root), or without root configure with "
+                  "-DDDPW_GLOO_INCLUDE_DIR=<a folder with gloo/algorithm.h and gloo/config.h>, e.g. the usr/include "
+                  "of Debian's libgloo-dev unpacked with dpkg -x")
+string(JOIN "" DDPW_GLOO_FIX ${DDPW_GLOO_FIX})
 find_path(DDPW_GLOO_INCLUDE_DIR gloo/algorithm.h
   HINTS "$ENV{GLOO_HOME}/include" ${TORCH_INCLUDE_DIRS})
-if(NOT DDPW_GLOO_INCLUDE_DIR)
-  message(FATAL_ERROR "gloo/algorithm.h was not found: c10d's Gloo backend header needs Gloo's "
-                      "headers, which LibTorch does not ship. Fix: apt-get install libgloo-dev "
-                      "(scripts/setup.sh does), or on a cluster without root pass "
-                      "-DDDPW_GLOO_INCLUDE_DIR=<folder holding gloo/algorithm.h and gloo/config.h>.")
+if(DDPW_GLOO_INCLUDE_DIR)
+  set(DDPW_GLOO ON)
+elseif(DDPW_NCCL)
+  set(DDPW_GLOO OFF)
+  message(WARNING "gloo/algorithm.h was not found: this is a GPU-only build (NCCL only, no Gloo). "
+                  "Runs on CPU ranks (--device cpu, --backend gloo) will stop with a message. For them: "
+                  "${DDPW_GLOO_FIX}.")
+else()
+  message(FATAL_ERROR "gloo/algorithm.h was not found, and LibTorch ${DDPW_TORCH_VERSION} has no CUDA: "
+                      "without Gloo's headers no backend is left (c10d's Gloo backend header needs them; "
+                      "LibTorch does not ship them). Fix: ${DDPW_GLOO_FIX}.")
 endif()

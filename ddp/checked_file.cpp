@@ -1,13 +1,7 @@
 #include "ddp/checked_file.h"
 
-#include <dirent.h>
-#include <fcntl.h>
-#include <signal.h>
-#include <unistd.h>
-
 #include <array>
 #include <cerrno>
-#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -31,30 +25,6 @@ T take(const std::string& in, size_t offset) {
   return value;
 }
 
-void write_all(int fd, const std::string& data, const std::string& path) {
-  size_t done = 0;
-  while (done < data.size()) {
-    const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) throw Error("cannot write '" + path + "': " + std::strerror(errno), "check free space and quota (df -h, quota)");
-    done += static_cast<size_t>(n);
-  }
-}
-
-// A write killed mid-way leaves <path>.tmp.<pid> behind: remove those whose writer is gone.
-void remove_stale_temp_files(const std::string& path) {
-  const std::string dir = parent_dir(path), prefix = base_name(path) + ".tmp.";
-  DIR* d = ::opendir(dir.c_str());
-  if (!d) return;
-  while (const dirent* e = ::readdir(d)) {
-    const std::string name = e->d_name;
-    if (name.rfind(prefix, 0) != 0) continue;
-    const int pid = std::atoi(name.c_str() + prefix.size());
-    if (pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH) ::unlink((dir + "/" + name).c_str());
-  }
-  ::closedir(d);
-}
-
 }  // namespace
 
 uint32_t crc32(std::string_view data) {
@@ -72,42 +42,15 @@ uint32_t crc32(std::string_view data) {
   return c ^ 0xFFFFFFFFu;
 }
 
-void write_file_atomically(const std::string& path, const std::string& bytes) {
-  // Temp file in the same folder, fsync, rename over the old one, fsync the folder: a crash at
-  // any moment leaves either the old file or the new one, never a torn file.
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) throw Error("cannot create '" + tmp + "': " + std::strerror(errno), "choose a writable --snapshot path");
-  try {
-    write_all(fd, bytes, tmp);
-    if (::fsync(fd) != 0) throw Error("cannot flush '" + tmp + "': " + std::strerror(errno), "check the filesystem");
-  } catch (...) {
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    throw;
-  }
-  ::close(fd);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const std::string why = std::strerror(errno);
-    ::unlink(tmp.c_str());
-    throw Error("cannot replace '" + path + "': " + why, "choose a writable --snapshot path");
-  }
-  const int dfd = ::open(parent_dir(path).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
-  }
-  remove_stale_temp_files(path);
-}
-
-void write_checked_file(const std::string& path, std::string_view magic, uint32_t version, const std::string& payload) {
+void write_checked_file(const std::string& path, std::string_view magic, uint32_t version, const std::string& payload,
+                        const std::string& option) {
   DDP_CHECK(magic.size() == 8, "a checked file's magic must be 8 bytes", "report this");
   std::string file(magic);
   put<uint32_t>(file, version);
   put<uint64_t>(file, payload.size());
   put<uint32_t>(file, crc32(payload));
   file += payload;
-  write_file_atomically(path, file);
+  write_file_atomically(path, file, option);
 }
 
 std::optional<CheckedPayload> read_checked_file(const std::string& path, std::string_view magic, uint32_t version,

@@ -1,8 +1,8 @@
 // defines: checked files — a payload behind a small header (8 magic bytes, format version, size,
-//          CRC-32), written atomically (temp file in the same folder, fsync, rename, fsync of the
-//          folder: a crash at any moment leaves the old file or the new one, never a torn one) and
-//          read back with the reason a file is unusable (truncated, foreign, corrupt), since
-//          LibTorch's own loader would load flipped bytes silently. Plain C++.
+//          CRC-32), written atomically (files.h's write_file_atomically) and read back with the
+//          reason a file is unusable (truncated, foreign, corrupt), since LibTorch's own loader
+//          would load flipped bytes silently. The training snapshots and the shards of the sharded
+//          snapshots are such files. Plain C++.
 #pragma once
 
 #include <cstdint>
@@ -15,12 +15,10 @@ namespace ddp {
 
 uint32_t crc32(std::string_view bytes);
 
-// Replaces `path` atomically with `bytes` (mode 0600). Removes temp files that earlier writers
-// killed mid-write left behind. Throws ddp::Error naming the file on failure.
-void write_file_atomically(const std::string& path, const std::string& bytes);
-
-// `magic` must be 8 characters; `version` is the caller's format version.
-void write_checked_file(const std::string& path, std::string_view magic, uint32_t version, const std::string& payload);
+// `magic` must be 8 characters; `version` is the caller's format version; `option` (e.g.
+// "--snapshot") names the setting to change when the file cannot be written.
+void write_checked_file(const std::string& path, std::string_view magic, uint32_t version, const std::string& payload,
+                        const std::string& option);
 
 // Why a checked file cannot be used, in words that follow its name ("is truncated (12 bytes)").
 class CheckedFileError : public std::runtime_error {

@@ -1,41 +1,33 @@
 #include "ddp/device.h"
 
-#include <unistd.h>
-
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 
 #include "ddp/error.h"
 
 #ifdef DDPW_HAVE_CUDA
+#include <ATen/cuda/CUDAContextLight.h>  // at::cuda::getDeviceProperties: torch's CUDA runtime, not ours
 #include <c10/cuda/CUDAFunctions.h>
-#include <cuda_runtime_api.h>
 #endif
 
 namespace ddp {
 
 int visible_gpus() { return torch::cuda::is_available() ? static_cast<int>(torch::cuda::device_count()) : 0; }
 
-torch::Device choose_device(const std::string& requested, int local_rank, int local_world_size) {
+torch::Device choose_device(const std::string& requested, int local_rank, [[maybe_unused]] int local_world_size) {
   if (requested == "cpu" || (requested == "auto" && visible_gpus() == 0)) return torch::Device(torch::kCPU);
 
   const int gpus = visible_gpus();
   DDP_CHECK(gpus > 0, "--device " + requested + " asks for a GPU but none is visible to this process",
             "use --device cpu, or request GPUs from the scheduler (--gres=gpu:N / --gpus-per-node=N)");
-  int index = local_rank;
-  if (requested.rfind("cuda:", 0) == 0) {
-    index = std::stoi(requested.substr(5));
-  } else if (local_world_size > gpus) {
-    // With --gpus-per-task=1 the scheduler shows each task one GPU: it is device 0 for every task.
-    // Otherwise ranks would share a GPU, NCCL's "Duplicate GPU detected": say so before any collective.
-    DDP_CHECK(gpus == 1 && std::getenv("CUDA_VISIBLE_DEVICES"),
-              std::to_string(local_world_size) + " ranks on this node but only " + std::to_string(gpus) +
-                  " GPU(s) visible: ranks would share a GPU",
-              "make --ntasks-per-node equal the GPUs per node (--gres=gpu:N / --gpus-per-node=N)");
-    index = 0;
-  }
-  DDP_CHECK(index < gpus, "device cuda:" + std::to_string(index) + " does not exist (" + std::to_string(gpus) + " visible)",
+  // More ranks than GPUs share them in turn: valid for Gloo; for NCCL the process group refuses it,
+  // naming the GPU by its bus id, once it knows every rank's (one GPU per task is GPU 0 for each).
+  int index = local_rank % gpus;
+  if (requested.rfind("cuda:", 0) == 0) index = std::stoi(requested.substr(5));
+  DDP_CHECK(index < gpus,
+            "device cuda:" + std::to_string(index) + " does not exist (" + std::to_string(gpus) + " visible)",
             "pick an index below the visible GPU count, or check CUDA_VISIBLE_DEVICES");
 #ifdef DDPW_HAVE_CUDA
   c10::cuda::set_device(static_cast<c10::DeviceIndex>(index));  // before any NCCL work
@@ -43,26 +35,33 @@ torch::Device choose_device(const std::string& requested, int local_rank, int lo
   return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(index));
 }
 
-int choose_threads(int requested, int local_world_size) {
-  if (requested > 0) return requested;
-  // Never more than this rank's share of the cores: more threads than cores only slow it down.
-  const long cores = ::sysconf(_SC_NPROCESSORS_ONLN);
-  const int share = std::max(1, static_cast<int>(cores / std::max(1, local_world_size)));
-  for (const char* var : {"SLURM_CPUS_PER_TASK", "OMP_NUM_THREADS"}) {
-    if (const char* v = std::getenv(var)) {
-      const int n = std::atoi(v);
-      if (n > 0) return std::min(n, share);
-    }
-  }
-  return share;
+std::string gpu_bus_id([[maybe_unused]] const torch::Device& device) {
+  if (!device.is_cuda()) return "";
+#ifdef DDPW_HAVE_CUDA
+  const cudaDeviceProp* prop = at::cuda::getDeviceProperties(device.index());
+  char id[32];
+  std::snprintf(id, sizeof id, "%04x:%02x:%02x.0", static_cast<unsigned>(prop->pciDomainID),
+                static_cast<unsigned>(prop->pciBusID), static_cast<unsigned>(prop->pciDeviceID));
+  return id;
+#else
+  return "?";
+#endif
+}
+
+int workers_per_node(const std::string& requested_device, int nproc) {
+  const int gpus = requested_device == "cpu" ? 0 : visible_gpus();
+  if (gpus == 0) return nproc;
+  std::printf("%d GPU(s) visible: starting one worker per GPU (%d); --nproc (%d) counts CPU workers, "
+              "for --device cpu\n", gpus, gpus, nproc);
+  std::fflush(stdout);
+  return gpus;
 }
 
 std::string device_name(const torch::Device& device) {
   if (!device.is_cuda()) return "cpu";
   std::string name = "cuda:" + std::to_string(device.index());
 #ifdef DDPW_HAVE_CUDA
-  cudaDeviceProp prop{};
-  if (cudaGetDeviceProperties(&prop, device.index()) == cudaSuccess) name += std::string(" (") + prop.name + ")";
+  name += std::string(" (") + at::cuda::getDeviceProperties(device.index())->name + ")";
 #endif
   return name;
 }

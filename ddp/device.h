@@ -1,6 +1,7 @@
 // defines: choose_device — the device a rank trains on. CUDA when available (local rank -> GPU,
-//          bound before any NCCL work), else CPU; checks that the node does not run more ranks
-//          than it has visible GPUs ("Duplicate GPU detected" otherwise).
+//          bound before any NCCL work), else CPU; gpu_bus_id, the PCI address that names a GPU
+//          whatever CUDA_VISIBLE_DEVICES calls it (whether ranks may share a GPU is decided from
+//          it, over the store: gpu_sharing.h); workers_per_node, step 1's worker count.
 #pragma once
 
 #include <torch/torch.h>
@@ -9,16 +10,23 @@
 
 namespace ddp {
 
-// `requested`: auto | cpu | cuda | cuda:N. With cuda/auto and several local ranks, the GPU is the
-// local rank. Sets this thread's current CUDA device.
+// `requested`: auto | cpu | cuda | cuda:N. With cuda/auto the GPU is the local rank; with more
+// local ranks than visible GPUs they take the GPUs in turn (one GPU per task, as with
+// --gpus-per-task=1, is GPU 0 for each). cuda:N puts every rank of the node on GPU N. Ranks that
+// end up sharing a GPU are refused later, by the process group, and only for NCCL (Gloo works).
+// Sets this thread's current CUDA device. (local_world_size is no longer needed: sharing is judged
+// from the ranks' bus ids, which also catches tasks whose CUDA_VISIBLE_DEVICES name one GPU.)
 torch::Device choose_device(const std::string& requested, int local_rank, int local_world_size);
+
+// "0000:3b:00.0" for a CUDA device (from torch's own CUDA runtime), "" for the CPU.
+std::string gpu_bus_id(const torch::Device& device);
+
+// Step 1's workers on this node: one per visible GPU, or `nproc` on the CPU (no GPU visible, or
+// --device cpu). When GPUs decide, says so in one line on stdout, since --nproc is then unused.
+int workers_per_node(const std::string& requested_device, int nproc);
 
 // Number of GPUs this process can see (0 without CUDA).
 int visible_gpus();
-
-// Intra-op threads: `requested`, else SLURM_CPUS_PER_TASK / OMP_NUM_THREADS capped at this rank's
-// share of the cores, else cores / ranks on this node.
-int choose_threads(int requested, int local_world_size);
 
 std::string device_name(const torch::Device& device);  // "cpu" or "cuda:0 (NVIDIA H100 ...)"
 

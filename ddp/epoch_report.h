@@ -1,12 +1,21 @@
-// defines: EpochReporter — the end of every epoch: the ranks' training loss summed, the slowest
-//          rank's time and the longest data-loading time, the test set evaluated over all ranks'
-//          shards, one line printed by rank 0 and one metrics row written.
+// defines: EpochReporter and EpochLog — an epoch's bookkeeping, so that a step's run_epoch holds
+//          only the training: the "Epoch N | Batchsize | Steps" line, the running loss (kept on the
+//          device, read only when a line is printed), progress lines for batch logs, the epoch's
+//          time and data-loading time; at the end the ranks' training loss summed, the slowest
+//          rank's time, the test set evaluated over all ranks' shards, one line printed by rank 0
+//          and one metrics row; after training, the replicas' weights compared.
 #pragma once
 
+#include <fmt/format.h>
 #include <torch/torch.h>
 
+#include <chrono>
 #include <memory>
+#include <string>
+#include <utility>
 
+#include "ddp/data.h"
+#include "ddp/launch_env.h"
 #include "ddp/metrics.h"
 #include "ddp/options.h"
 #include "ddp/workload.h"
@@ -15,30 +24,65 @@ namespace ddp {
 
 class ProcessGroup;
 
+// One epoch of one rank, from EpochReporter::begin_epoch to end_epoch.
+class EpochLog {
+ public:
+  // After each step: adds the batch's loss (a device tensor, detached here) and its samples.
+  // Nothing waits for the device, unless a progress line is due.
+  void add(const Batch& batch, const torch::Tensor& loss);
+
+ private:
+  friend class EpochReporter;
+  EpochLog(int64_t epoch, int64_t first_step, Loader& loader, const std::string& tag, int64_t log_every);
+  double mean_loss() const;  // reads the device
+
+  int64_t epoch_, step_;  // step: steps of this epoch done so far (a resumed epoch starts past 0)
+  Loader* loader_;
+  torch::Tensor loss_sum_;  // float64, on the loss's device
+  int64_t batches_ = 0, samples_ = 0;
+  Progress progress_;
+  std::chrono::steady_clock::time_point start_;
+};
+
 class EpochReporter {
  public:
-  // pg may be null (one process). Only global rank 0 prints and writes the metrics file.
-  EpochReporter(const Options& options, const Workload& workload, torch::Device device, ProcessGroup* pg,
-                int global_rank, int world_size, int local_world_size, int threads);
+  // pg may be null (one process). Only global rank 0 prints the epoch line and writes the
+  // metrics file (--metrics). The threads per rank are the ones set by now (configure_compute).
+  EpochReporter(const Options& options, const LaunchEnv& launch, torch::Device device, const Workload& workload,
+                ProcessGroup* pg);
 
-  // loss_sum: sum of this rank's batch losses; samples: samples this rank trained on; seconds:
-  // this rank's epoch time; data_seconds: its share of that spent producing batches
-  // (Loader::take_load_seconds). Both are reported as their maximum over the ranks: the slowest
-  // rank sets the pace.
-  void end_epoch(int64_t epoch, double loss_sum, int64_t batches, int64_t samples, double seconds,
-                 double data_seconds, Model& model);
+  // "[GPU0]" ("[CPU1]"), or "[RANK 3: local GPU 1]" when the ranks span several nodes, where
+  // local ranks repeat: the prefix of every line this rank prints.
+  const std::string& tag() const { return tag_; }
+
+  // One line of this rank's, after its tag: print("Stopping at epoch {}", epoch).
+  template <typename... Args>
+  void print(fmt::format_string<Args...> format, Args&&... args) const {
+    fmt::print("{} {}\n", tag_, fmt::format(format, std::forward<Args>(args)...));
+  }
+
+  // Prints "<tag> Epoch N | Batchsize: B | Steps: S" and starts timing. `first_step`: where a
+  // resumed epoch continues.
+  EpochLog begin_epoch(int64_t epoch, Loader& loader, int64_t first_step);
+
+  // Sums the loss over the ranks, takes the slowest rank's epoch and data-loading time,
+  // evaluates on the test set (all ranks' shards) and prints one line on rank 0.
+  void end_epoch(EpochLog& log, Model& model);
 
   // Every rank prints a checksum of its final weights (equal on all ranks when DDP kept them in
-  // sync) and the ranks compare theirs with rank 0's: a mismatch is an error.
-  void end_training(Model& model, const std::string& tag);
+  // sync) and the ranks compare theirs with rank 0's: a mismatch is an error. Then, with
+  // --export-weights, rank 0 writes the model's state_dict for Python (weights_io.h).
+  void end_training(Model& model);
 
  private:
   const Options& options_;
-  const Workload& workload_;
+  const LaunchEnv launch_;
   torch::Device device_;
+  const Workload& workload_;
   ProcessGroup* pg_;
-  int global_rank_, world_size_, local_world_size_, threads_;
-  std::unique_ptr<MetricsWriter> metrics_;  // rank 0 with --metrics only
+  int threads_;
+  std::string tag_;
+  std::unique_ptr<MetricsWriter> metrics_;  // rank 0 with --metrics only, opened at the first row
 };
 
 }  // namespace ddp

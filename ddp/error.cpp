@@ -18,20 +18,36 @@ std::string without_backtrace(std::string what) {
   return what;
 }
 
+std::string& error_prefix() {
+  static std::string prefix;
+  return prefix;
+}
+
 }  // namespace
 
+void set_error_prefix(const std::string& prefix) { error_prefix() = prefix; }
+
 int run_main(const std::function<int()>& body, const std::string& prefix) {
-  const std::string who = prefix.empty() ? "" : prefix + " ";
   keep_freed_host_memory();  // before the first tensor: steps stop paying page faults
+  static const bool line_buffered = [] {
+    std::fflush(stdout);
+    return std::setvbuf(stdout, nullptr, _IOLBF, BUFSIZ) == 0;
+  }();
+  (void)line_buffered;
+  // Read when the error is printed: check_launch may have named the process by then.
+  auto who = [&] {
+    const std::string& name = error_prefix().empty() ? prefix : error_prefix();
+    return name.empty() ? name : name + " ";
+  };
   try {
     return body();
   } catch (const Error& e) {
     if (e.hint().empty())
-      std::fprintf(stderr, "%serror: %s\n", who.c_str(), e.what());
+      std::fprintf(stderr, "%serror: %s\n", who().c_str(), e.what());
     else
-      std::fprintf(stderr, "%serror: %s (fix: %s)\n", who.c_str(), e.what(), e.hint().c_str());
+      std::fprintf(stderr, "%serror: %s (fix: %s)\n", who().c_str(), e.what(), e.hint().c_str());
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "%serror: %s\n", who.c_str(), without_backtrace(e.what()).c_str());
+    std::fprintf(stderr, "%serror: %s\n", who().c_str(), without_backtrace(e.what()).c_str());
   }
   std::fflush(stderr);
   return kExitError;

@@ -1,13 +1,18 @@
-// defines: LaunchEnv and resolve_launch_env — "who am I": rank, local rank, world size and master
-//          address, from explicit options or from whichever launcher started the process
-//          (torchrun, OpenMPI's mpirun, Slurm's srun).
+// defines: LaunchEnv — "who am I": rank, local rank, world size and master address;
+//          check_launch, which checks what a step program read from its launcher (LaunchValues,
+//          env, env_int, job_port) and completes it; and resolve_launch_env, the library's own
+//          reading of whichever launcher started the process (torchrun, OpenMPI's mpirun, Slurm's
+//          srun), which the diagnostics use and check_launch compares against.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
 
 namespace ddp {
+
+struct Options;
 
 struct LaunchEnv {
   int global_rank = 0;
@@ -45,5 +50,35 @@ LaunchEnv resolve_launch_env(const EnvMap& env, const LaunchOverrides& overrides
 
 // One line for logs: "torchrun: rank 1 of 2, local rank 1 of 2, master 127.0.0.1:29500".
 std::string describe(const LaunchEnv& launch);
+
+// What a step program read about itself (steps 1-3 fill it in, on screen); unset means "not
+// given". check_launch checks it and completes it into a LaunchEnv.
+struct LaunchValues {
+  std::optional<int> global_rank, local_rank, world_size, local_world_size;
+  std::optional<std::string> master_addr;
+  std::optional<int> master_port;
+};
+
+// One variable of this process's environment: nullopt when unset or empty.
+std::optional<std::string> env(const std::string& name);
+// The same as a whole number; a value that is not one is a ddp::Error naming the variable.
+std::optional<int> env_int(const std::string& name);
+
+// The rendezvous port of a Slurm job: 20000 + job id % 20000, the rule of the batch scripts'
+// ddpw_job_port (clusters/common.sh), so that the jobs sharing a node use different ports.
+int job_port(int64_t job_id);
+
+// The step programs' resolver. Checks `me` and returns the launch description:
+// - nothing read (`me` empty): one process, rank 0 of 1 — unless a launcher started this
+//   process as one of several ranks, which is an error naming what to do (for an exercise: the
+//   TODO(stepN) to complete);
+// - values read from a launcher's environment must agree with the library's own reading of it
+//   (resolve_launch_env): a wrong variable is an error naming the right one, before anyone waits;
+// - values a program set itself (step 1's workers, which spawn started) are taken as they are;
+// - what was not read is completed (local world size from the launcher, master 127.0.0.1 when
+//   all ranks share this node, port 29500), then --master-addr, --master-port and --init-method
+//   apply, and every value is range-checked with the launcher's variable named in the fix.
+// Once the rank is known, run_main's errors start with "[rank R @ host]" (set_error_prefix).
+LaunchEnv check_launch(const LaunchValues& me, const Options& options);
 
 }  // namespace ddp

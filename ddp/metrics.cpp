@@ -5,8 +5,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <cstdlib>
 #include <utility>
@@ -53,9 +56,9 @@ MetricsWriter::MetricsWriter(const std::string& path, bool append) {
 
 void MetricsWriter::write(const EpochMetrics& m) {
   if (file_ == nullptr) return;
-  std::fprintf(file_, "%lld,%d,%d,%d,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g\n", static_cast<long long>(m.epoch),
-               m.world_size, m.ranks_per_node, m.threads, m.train_loss, m.test_loss, m.test_accuracy,
-               m.samples_per_s, m.epoch_seconds, m.data_seconds);
+  fmt::print(file_, "{},{},{},{},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g}\n", m.epoch, m.world_size,
+             m.ranks_per_node, m.threads, m.train_loss, m.test_loss, m.test_accuracy, m.samples_per_s,
+             m.epoch_seconds, m.data_seconds);
   std::fflush(file_);  // a killed job keeps every finished epoch
 }
 
@@ -63,19 +66,19 @@ MetricsWriter::~MetricsWriter() {
   if (file_ != nullptr) std::fclose(file_);
 }
 
-Progress::Progress(std::string prefix, int64_t total_steps, int64_t samples_per_step, int64_t every)
+Progress::Progress(std::string prefix, int64_t total_steps, int64_t samples_per_step, int64_t every,
+                   int64_t first_step)
     : prefix_(std::move(prefix)),
       total_(total_steps),
       samples_per_step_(samples_per_step),
       every_(every),
+      first_step_(first_step),
       start_(std::chrono::steady_clock::now()),
       last_(start_),
       // mpirun hands every rank a pseudo-terminal, and several ranks rewriting "one" line garble it.
       tty_(::isatty(::fileno(stdout)) != 0 && std::getenv("OMPI_COMM_WORLD_SIZE") == nullptr) {}
 
-// `step` counts the steps done in this epoch (1..total); rate and ETA assume this Progress saw
-// them all (construct it at the start of the epoch).
-void Progress::update(int64_t step, double loss) {
+void Progress::update(int64_t step, const std::function<double()>& loss) {
   // --log-every N: every N steps. Otherwise a line every 30 s, so short epochs print nothing but
   // their summary and a long one shows its progress in a batch log; a terminal gets a live line.
   const auto now = std::chrono::steady_clock::now();
@@ -84,27 +87,26 @@ void Progress::update(int64_t step, double loss) {
   if (!due && !live) return;
   last_ = now;
 
-  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-  const double rate = elapsed > 0 ? static_cast<double>(step * samples_per_step_) / elapsed : 0;
-  const double eta = step > 0 ? elapsed / static_cast<double>(step) * static_cast<double>(total_ - step) : 0;
-  const long long eta_s = std::max(0LL, static_cast<long long>(eta + 0.5));
-
-  char line[256];
-  std::snprintf(line, sizeof line, "step %lld/%lld | loss %.4f | %.0f samples/s | ETA %02lld:%02lld",
-                static_cast<long long>(step), static_cast<long long>(total_), loss, rate, eta_s / 60,
-                eta_s % 60);
+  const double elapsed = std::chrono::duration<double>(now - start_).count();
+  const auto done = static_cast<double>(step - first_step_);
+  const double rate = elapsed > 0 ? done * static_cast<double>(samples_per_step_) / elapsed : 0;
+  const double eta = done > 0 ? elapsed / done * static_cast<double>(total_ - step) : 0;
+  const auto eta_s = std::max<int64_t>(0, std::llround(eta));
+  const std::string line = fmt::format("{} step {}/{} | loss {:.4f} | {:.0f} samples/s | ETA {:02}:{:02}", prefix_,
+                                       step, total_, loss(), rate, eta_s / 60, eta_s % 60);
   if (tty_) {
-    std::printf("\r%s %s\033[K", prefix_.c_str(), line);  // rewrite the line, clear what is left
+    fmt::print("\r{}\033[K", line);  // rewrite the line, clear what is left
+    std::fflush(stdout);
     open_line_ = true;
   } else {
-    std::printf("%s %s\n", prefix_.c_str(), line);
+    fmt::print("{}\n", line);
+    std::fflush(stdout);
   }
-  std::fflush(stdout);
 }
 
 void Progress::finish() {
   if (open_line_) {
-    std::printf("\n");
+    std::fputs("\n", stdout);
     std::fflush(stdout);
     open_line_ = false;
   }

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <string>
 
 namespace ddp {
@@ -36,14 +37,19 @@ class MetricsWriter {
 
 class Progress {
  public:
-  // total_steps: steps of this epoch; every: a line every N steps (0: every 30 s).
-  Progress(std::string prefix, int64_t total_steps, int64_t samples_per_step, int64_t every);
-  void update(int64_t step, double loss);  // call after each step; prints when due
-  void finish();                           // ends a terminal line
+  // total_steps: steps of this epoch; every: a line every N steps (0: every 30 s); first_step:
+  // the steps already done when this epoch's run began (a resumed epoch), left out of the rate.
+  Progress(std::string prefix, int64_t total_steps, int64_t samples_per_step, int64_t every,
+           int64_t first_step = 0);
+  // Call after each step (`step` = steps done in this epoch). `loss` is called only when a line
+  // is printed: reading a loss that lives on a GPU waits for the GPU.
+  void update(int64_t step, const std::function<double()>& loss);
+  void update(int64_t step, double loss) { update(step, [loss] { return loss; }); }
+  void finish();  // ends a terminal line
 
  private:
   std::string prefix_;
-  int64_t total_, samples_per_step_, every_;
+  int64_t total_, samples_per_step_, every_, first_step_;
   std::chrono::steady_clock::time_point start_, last_;
   bool tty_;
   bool open_line_ = false;

@@ -1,6 +1,8 @@
 #include "ddp/options.h"
 
+#include "ddp/error.h"
 #include "ddp/files.h"
+#include "ddp/spawn.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -83,16 +85,31 @@ void check_writable_file(const std::string& program, const std::string& option, 
 
 }  // namespace
 
-Options parse_options(int argc, char** argv, const std::string& description, unsigned groups) {
-  return parse_options(argc, argv, description, groups, {});
+std::string default_snapshot_path(const ProgramId& p) {
+  if (p.name.empty()) return "snapshot.pt";
+  const std::string who = p.step >= 0 ? "step" + std::to_string(p.step) : p.name;
+  return "snapshot-" + who + (p.kind == "program" ? "" : "-" + p.kind) + ".pt";
+}
+
+Options parse_options(int argc, char** argv, unsigned groups, const ProgramId& program) {
+  return parse_options(argc, argv, program.about.empty() ? program.label() : program.about, groups, {}, program);
 }
 
 Options parse_options(int argc, char** argv, const std::string& description, unsigned groups,
-                      const AddOptions& add_options) {
+                      const ProgramId& program) {
+  return parse_options(argc, argv, description, groups, {}, program);
+}
+
+Options parse_options(int argc, char** argv, const std::string& description, unsigned groups,
+                      const AddOptions& add_options, const ProgramId& program_id) {
   Options o;
+  o.program = program_id;
+  o.snapshot_path = default_snapshot_path(program_id);
   const std::string program = base_name(argv[0]);
   CLI::App app{description, program};
-  app.option_defaults()->always_capture_default();
+  // An option given twice keeps its last value: the batch scripts put their defaults (--device cuda,
+  // --snapshot) first, so what the user adds after them wins.
+  app.option_defaults()->always_capture_default()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   std::string fix;  // set by a failing number check: the fix for the error line
   auto whole = [&](const std::string& name, double lo, double hi) { return number_in(name, lo, hi, true, fix); };
   auto real = [&](const std::string& name, double lo, double hi) { return number_in(name, lo, hi, false, fix); };
@@ -122,24 +139,32 @@ Options parse_options(int argc, char** argv, const std::string& description, uns
         ->check(whole("--threads", 0, 1024));
     app.add_option("--snapshot", o.snapshot_path, "Snapshot file (resumed from if it exists)");
     app.add_flag("--fresh", o.fresh, "Ignore an existing snapshot and start from epoch 0");
+    app.add_flag("--deterministic", o.deterministic,
+                 "Deterministic kernels (cuDNN, cuBLAS): GPU runs that stop and resume end bit for bit equal");
     app.add_option("--metrics", o.metrics_path, "Per-epoch metrics CSV, written by rank 0");
     app.add_option("--log-every", o.log_every, "Progress line every N steps (0: every 30 s)")
         ->check(whole("--log-every", 0, 1 << 30));
+    app.add_option("--init-weights", o.init_weights_path,
+                   "Start from a state_dict saved in Python by torch.save (a snapshot, if resumed, wins)");
+    app.add_option("--export-weights", o.export_weights_path,
+                   "At the end rank 0 writes the model's state_dict here, for Python's torch.load");
   }
-  // A program that starts its own workers (step 1) meets them on this node at a fixed port, as
-  // upstream's multigpu.py does; the others take the master from the launcher.
+  // A program that starts its own workers (step 1) meets them on this node, at a port it picks
+  // (upstream's multigpu.py fixes 12355: two jobs on one node then collide); the others take the
+  // master from the launcher.
   const bool spawns = groups & kSpawnOptions;
-  if (spawns) {
+  if (spawns)
     app.add_option("--nproc", o.nproc, "Workers to start when no GPU is visible (else one per GPU)")
         ->check(whole("--nproc", 1, 1024));
-    o.master_port = kSpawnMasterPort;
-  }
+  CLI::Option* master_port = nullptr;
   if (groups & kDistributedOptions) {
     if (!spawns)
       app.add_option("--master-addr", o.master_addr, "Rendezvous host (default: from the launcher)");
-    app.add_option("--master-port", o.master_port,
-                   spawns ? "Rendezvous port on this node" : "Rendezvous port (default: from the launcher)")
-        ->check(whole("--master-port", spawns ? 1 : 0, 65535));
+    master_port = app.add_option("--master-port", o.master_port,
+                                 spawns ? "Rendezvous port on this node (default: a free port, chosen at start)"
+                                        : "Rendezvous port (default: from the launcher)")
+                      ->check(whole("--master-port", spawns ? 1 : 0, 65535));
+    if (spawns) master_port->default_str("");  // not "=0": the default is chosen at start
     if (!spawns)
       app.add_option("--init-method", o.init_method, "file:///shared/path: rendezvous through a file");
     app.add_option("--backend", o.backend, "Process-group backend")->check(CLI::IsMember({"auto", "gloo", "nccl"}));
@@ -180,11 +205,23 @@ Options parse_options(int argc, char** argv, const std::string& description, uns
       o.fresh = false;
     }
   }
+  // Chosen after parsing, so --help and a bad option bind nothing (spawn.h: held until rank 0 serves).
+  if (spawns && (master_port == nullptr || master_port->count() == 0)) {
+    try {
+      o.master_port = spawn_master_port();
+    } catch (const Error& e) {
+      usage_error(program, e.what(), e.hint());
+    }
+  }
   if (groups & kTrainingOptions) {
     // The CNN trains with the seed's batch of 64, unless --batch-size says otherwise.
     if (batch_size->count() == 0 && o.dataset != "synthetic") o.batch_size = kCnnBatchSize;
     check_writable_file(program, "--snapshot", o.snapshot_path, /*written_in_place=*/false);
     check_writable_file(program, "--metrics", o.metrics_path, /*written_in_place=*/true);
+    check_writable_file(program, "--export-weights", o.export_weights_path, /*written_in_place=*/false);
+    if (!o.init_weights_path.empty() && !path_exists(o.init_weights_path))
+      usage_error(program, "--init-weights '" + o.init_weights_path + "' does not exist",
+                  "save it in Python with torch.save(model.state_dict(), path), or check the path");
   }
   return o;
 }

@@ -2,7 +2,6 @@
 
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
-#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <fcntl.h>
@@ -16,9 +15,18 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
+#include <cstdio>
+#include <exception>
+#include <optional>
 #include <thread>
 
+#include "ddp/device.h"
 #include "ddp/error.h"
+#include "ddp/gloo_backend.h"
+#include "ddp/gpu_sharing.h"
+#include "ddp/run_report.h"
+#include "ddp/stop_signal.h"
+#include "ddp/spawn.h"
 
 #ifdef DDPW_HAVE_NCCL
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
@@ -37,13 +45,16 @@ auto disable_libuv(T& options, int) -> decltype(options.useLibUV = false, void()
 template <typename T>
 void disable_libuv(T&, long) {}
 
-// Gloo waits with its options' timeout while joining and with setTimeout's afterwards (2.x). 1.13
-// has no setTimeout: there the collective timeout serves for both.
-template <typename B>
-constexpr bool kHasSetTimeout = requires(B& b) { b.setTimeout(std::chrono::milliseconds{}); };
-template <typename B>
-void set_collective_timeout(B& backend, std::chrono::milliseconds t) {
-  if constexpr (kHasSetTimeout<B>) backend.setTimeout(t);
+// Serve on a socket that is already bound and listening (step 1: the parent chose a free port and
+// held it, spawn.h), as torchrun hands its socket to the store. A LibTorch without
+// masterListenFd binds the port itself: the socket is closed just before, freeing the port.
+template <typename T>
+auto serve_on_socket(T& options, int fd, int) -> decltype(options.masterListenFd = fd, void()) {
+  options.masterListenFd = fd;
+}
+template <typename T>
+void serve_on_socket(T&, int fd, long) {
+  ::close(fd);
 }
 
 double seconds(std::chrono::milliseconds ms) { return static_cast<double>(ms.count()) / 1000.0; }
@@ -59,7 +70,7 @@ bool contains(const std::string& text, const char* needle) { return text.find(ne
 // How to choose another master port, in the words of whoever set this one. (Under torchrun 2.x
 // the agent serves the store and rank 0 binds nothing: a taken port there is one set by hand.)
 std::string other_port_hint(const LaunchEnv& launch) {
-  if (launch.launcher == "options") return "choose another port: --master-port N";
+  if (launch.launcher == "options") return "leave out --master-port (step 1 then picks a free port), or choose another";
   return "choose another port: export MASTER_PORT=N (torchrun: --master-port N) or pass --master-port N; "
          "e.g. 20000 + job id % 20000, so jobs sharing a node differ";
 }
@@ -131,6 +142,8 @@ c10::intrusive_ptr<c10d::Store> rendezvous(const LaunchEnv& launch, std::chrono:
   options.waitWorkers = !launch.agent_store;
   options.timeout = timeout;
   disable_libuv(options, 0);
+  if (options.isServer)
+    if (const int fd = take_spawn_listen_socket(launch.master_port); fd >= 0) serve_on_socket(options, fd, 0);
   const auto start = Clock::now();
   const auto unreachable = [&] {
     const double waited = std::chrono::duration<double>(Clock::now() - start).count();
@@ -168,16 +181,123 @@ c10::intrusive_ptr<c10d::Store> rendezvous(const LaunchEnv& launch, std::chrono:
   }
 }
 
+// ---- the two backends: each made in one small function ------------------------------------
+
+// Gloo: ddp/gloo_backend.h (optional: a build without its headers has no CPU ranks).
+
+c10::intrusive_ptr<CommBackend> make_nccl_backend([[maybe_unused]] const c10::intrusive_ptr<c10d::Store>& store,
+                                                  [[maybe_unused]] int rank, [[maybe_unused]] int size,
+                                                  [[maybe_unused]] std::chrono::milliseconds collective_timeout) {
+#ifdef DDPW_HAVE_NCCL
+  // How NCCL failures reach this program (the header comment says why), where the user has not
+  // chosen: the constructor reads them.
+  const char* dump = std::getenv("TORCH_NCCL_DUMP_ON_TIMEOUT");
+  if (dump == nullptr || std::string(dump) == "0") ::setenv("TORCH_NCCL_WAIT_TIMEOUT_DUMP_MILSEC", "1000", 0);
+  ::setenv("TORCH_NCCL_DUMP_ON_TIMEOUT", "0", 0);
+  ::setenv("TORCH_NCCL_ASYNC_ERROR_HANDLING", "2", 0);
+  auto nccl = c10d::ProcessGroupNCCL::Options::create();
+  nccl->timeout = collective_timeout;  // the watchdog's limit per collective
+  return c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, size, nccl);
+#else
+  throw Error("this build has no NCCL backend (LibTorch " DDPW_TORCH_VERSION " without CUDA)",
+              "build against a CUDA-enabled LibTorch, or use --backend gloo");
+#endif
+}
+
+// NCCL's watchdog verdict (torch >= 2.6: Backend::getError), as words; "" while all is well.
+template <typename B>
+std::string watchdog_verdict(B& backend) {
+  if constexpr (requires { backend.getError(); }) {
+    switch (static_cast<int>(backend.getError())) {  // c10d::ErrorType
+      case 0: return "";
+      case 1:
+        return "a collective of this rank ran past the collective timeout (NCCL's watchdog aborted the communicator)";
+      case 2: return "NCCL reported an error on this rank (its message is above)";
+      case 3: return "another rank reported an NCCL error";
+      default: return "NCCL's watchdog reports error type " + std::to_string(static_cast<int>(backend.getError()));
+    }
+  } else {
+    return "";
+  }
+}
+
+template <typename B>
+void abort_comm(B& backend) {
+  if constexpr (requires { backend.abort(); }) backend.abort();
+}
+
+template <typename B>
+void shutdown_comm(B& backend) {
+  if constexpr (requires { backend.shutdown(); }) backend.shutdown();
+}
+
+std::string text_of(const std::exception& e) {
+  if (const auto* ce = dynamic_cast<const c10::Error*>(&e)) return ce->what_without_backtrace();
+  return e.what();
+}
+
+const std::string kFailedKey = "ddpw/failed";  // the first failure's message, for the peers
+
 }  // namespace
+
+std::string resolve_backend(const std::string& requested, const torch::Device& device) {
+  if (requested != "auto") return requested;
+  return device.is_cuda() ? "nccl" : "gloo";
+}
+
+Error collective_error(const std::string& what, int rank, int size, double waited_s, double timeout_s,
+                       const std::string& why, std::string hint) {
+  if (hint.empty())
+    hint = "another rank probably died or hangs: look for its first error above; --collective-timeout sets the wait";
+  return Error(what + " failed on rank " + std::to_string(rank) + " of " + std::to_string(size) + " after waiting " +
+                   fmt_seconds(waited_s) + " (timeout " + fmt_seconds(timeout_s) + "): " + why,
+               std::move(hint));
+}
+
+HostWaitResult wait_for_work(c10d::Work& work, const HostWaitPolicy& policy) {
+  const auto start = Clock::now();
+  const auto waited = [&] { return std::chrono::duration<double>(Clock::now() - start).count(); };
+  // Not at once: asking may cost a store round trip, and most waits end within microseconds (a
+  // collective that failed earlier is caught by wait() after this, from NCCL's own verdict).
+  auto next_failure_check = start + policy.failure_period;
+  std::optional<Clock::time_point> stop_seen;
+  std::chrono::microseconds pause(0);
+  for (;;) {
+    if (work.isCompleted()) return {HostWaitEnd::kCompleted, waited(), ""};
+    const auto now = Clock::now();
+    if (policy.failure && now >= next_failure_check) {
+      if (std::string why = policy.failure(); !why.empty()) return {HostWaitEnd::kFailed, waited(), why};
+      next_failure_check = now + policy.failure_period;
+    }
+    if (now - start >= policy.timeout)
+      return {HostWaitEnd::kTimedOut, waited(), "not complete within the collective timeout (a rank never joined it)"};
+    if (policy.stop_requested && policy.stop_requested()) {
+      if (!stop_seen) stop_seen = now;
+      if (now - *stop_seen >= policy.stop_grace)
+        return {HostWaitEnd::kStopGraceOver, waited(),
+                "a stop was requested " + fmt_seconds(std::chrono::duration<double>(now - *stop_seen).count()) +
+                    " ago and this collective is still unfinished, so no snapshot can be written now"};
+    }
+    // Sleep, not spin: Gloo's and NCCL's own threads need the cores. 20 us doubling to 1 ms.
+    std::this_thread::sleep_for(pause);
+    pause = std::min(std::max(pause * 2, std::chrono::microseconds(20)), std::chrono::microseconds(1000));
+  }
+}
 
 ProcessGroup::ProcessGroup(const LaunchEnv& launch, const torch::Device& device, const ProcessGroupOptions& options)
     : rank_(launch.global_rank),
       size_(launch.world_size),
+      backend_name_(resolve_backend(options.backend, device)),
+      rendezvous_(launch.init_method.empty() ? launch.master_addr + ":" + std::to_string(launch.master_port)
+                                             : launch.init_method),
+      rendezvous_timeout_(options.rendezvous_timeout),
       collective_timeout_(options.collective_timeout),
+      stop_grace_(options.stop_grace),
+      serves_store_(launch.global_rank == 0 && !launch.agent_store && launch.init_method.empty()),
+      loopback_master_(is_loopback(launch.master_addr)),
       device_(device) {
-  backend_name_ = options.backend;
-  if (backend_name_ == "auto") backend_name_ = device.is_cuda() ? "nccl" : "gloo";
-  DDP_CHECK(backend_name_ != "nccl" || device.is_cuda(), "the NCCL backend needs a CUDA device, this rank has " + device.str(),
+  DDP_CHECK(backend_name_ != "nccl" || device.is_cuda(),
+            "the NCCL backend needs a CUDA device, this rank has " + device.str(),
             "use --backend gloo for CPU training, or --device cuda");
 
   // A worker must not outlive the launcher that started it (torchrun killed by a time limit).
@@ -199,49 +319,144 @@ ProcessGroup::ProcessGroup(const LaunchEnv& launch, const torch::Device& device,
                 "start one copy of the program per rank: do not run a self-spawning program under torchrun/mpirun, "
                 "and give concurrent jobs different master ports");
   }
+  if (options.join_backend) join_backend();
+}
+
+void ProcessGroup::join_backend() {
+  DDP_CHECK(!backend_, "rank " + std::to_string(rank_) + " joined the " + backend_name_ + " backend twice",
+            "call join_backend() only for a group made with join_backend = false, once");
+  // NCCL would stop at its first collective with "Duplicate GPU detected", naming no GPU.
+  if (backend_name_ == "nccl") refuse_shared_gpus();
   auto backend_store = c10::make_intrusive<c10d::PrefixStore>(backend_name_, store_);
   const auto start = Clock::now();
   try {
-    if (backend_name_ == "gloo") {
-      // Joining waits with the rendezvous timeout (Gloo's default would be the collective one,
-      // and five times that for a peer that published its address but never connects).
-      auto gloo = c10d::ProcessGroupGloo::Options::create(
-          kHasSetTimeout<c10d::ProcessGroupGloo> ? options.rendezvous_timeout : options.collective_timeout);
-      if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"))
-        gloo->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(ifname));
-      else if (is_loopback(launch.master_addr))
-        gloo->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
-      else
-        gloo->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
-      auto backend = c10::make_intrusive<c10d::ProcessGroupGloo>(backend_store, rank_, size_, gloo);
-      set_collective_timeout(*backend, options.collective_timeout);  // every collective from now on
-      backend_ = backend;
-    } else {
-#ifdef DDPW_HAVE_NCCL
-      auto nccl = c10d::ProcessGroupNCCL::Options::create();
-      nccl->timeout = options.collective_timeout;
-      backend_ = c10::make_intrusive<c10d::ProcessGroupNCCL>(backend_store, rank_, size_, nccl);
-#else
-      throw Error("this build has no NCCL backend (LibTorch " DDPW_TORCH_VERSION " without CUDA)",
-                  "build against a CUDA-enabled LibTorch, or use --backend gloo");
-#endif
+    if (backend_name_ == "gloo")
+      {
+      ProcessGroupOptions gloo;
+      gloo.rendezvous_timeout = rendezvous_timeout_;
+      gloo.collective_timeout = collective_timeout_;
+      backend_ = make_gloo_backend(backend_store, rank_, size_, loopback_master_, gloo);
     }
+    else
+      backend_ = make_nccl_backend(backend_store, rank_, size_, collective_timeout_);
   } catch (const c10::Error& e) {
-    const std::string through = launch.init_method.empty()
-                                    ? launch.master_addr + ":" + std::to_string(launch.master_port)
-                                    : launch.init_method;
     throw Error("rank " + std::to_string(rank_) + " could not connect the " + backend_name_ + " backend (rendezvous " +
-                    through + ") after " +
+                    rendezvous_ + ") after " +
                     fmt_seconds(std::chrono::duration<double>(Clock::now() - start).count()) + ": " +
                     e.what_without_backtrace(),
                 "a rank failed to start, or the ranks cannot reach each other (GLOO_SOCKET_IFNAME / "
                 "NCCL_SOCKET_IFNAME name the network interface to use)");
   }
   // Every rank arrives here or the group fails now, not at the first training step.
-  if (options.barrier_on_join) barrier("the first collective after joining the group");
+  barrier("the first collective after joining the group");
 }
 
-ProcessGroup::~ProcessGroup() = default;
+void ProcessGroup::refuse_shared_gpus() {
+  const auto rows = all_gather_strings(host_name() + "\t" + gpu_bus_id(device_));
+  std::vector<GpuClaim> claims;
+  for (const auto& row : rows) {
+    const auto tab = row.find('\t');
+    claims.push_back({row.substr(0, tab), tab == std::string::npos ? "" : row.substr(tab + 1)});
+  }
+  const SharingVerdict verdict = judge_gpu_sharing(backend_name_, claims);
+  if (verdict.refused) throw Error(verdict.what, verdict.hint);
+}
+
+ProcessGroup::~ProcessGroup() {
+  // Unwinding from an exception: this rank is failing, whatever the group's last call said.
+  if (std::uncaught_exceptions() > 0 && !failed_)
+    note_failure("rank " + std::to_string(rank_) + " stopped with an error (its message is in its output)", true);
+  shutdown();
+}
+
+void ProcessGroup::shutdown() {
+  if (shut_down_) return;
+  shut_down_ = true;
+  if (failed_) return abort_backend();  // NCCL only; the peers learnt of it from the store
+  try {
+    if (backend_ && backend_name_ == "nccl") {
+      // 1. This rank's queued work is done (or, stuck, has been aborted by the watchdog).
+      torch::cuda::synchronize(device_.index());
+      if (std::string why = group_failure(); !why.empty()) throw Error("the group failed: " + why);
+      // 2. Every rank is here: no collective is in flight anywhere.
+      store_barrier("arrived", size_, /*count_me=*/true, /*wait_here=*/true, collective_timeout_);
+      // 3. Finalize and destroy the communicators (ncclCommFinalize flushes the last sends).
+      shutdown_comm(*backend_);
+    }
+    // 4. The others use the store until they leave (a last gather, NCCL's threads): rank 0, whose
+    //    TCPStore serves it, goes last. Bounded: a peer that died silently must not hold it long.
+    if (size_ > 1)
+      store_barrier("departed", size_ - 1, /*count_me=*/rank_ != 0, /*wait_here=*/serves_store_,
+                    std::min(collective_timeout_, std::chrono::milliseconds(std::chrono::seconds(60))));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "[rank %d] warning: the process group did not shut down cleanly (%s)%s\n", rank_,
+                 text_of(e).c_str(), backend_name_ == "nccl" ? "; aborting NCCL" : "");
+    abort_backend();
+  }
+}
+
+// A barrier through the store: the ranks that count add themselves to "<name>", the one that makes
+// it `expected` sets "<name>/all", and those that wait here wait for that, at most `timeout`. A
+// failure a rank published ends the wait at once.
+void ProcessGroup::store_barrier(const std::string& name, int expected, bool count_me, bool wait_here,
+                                 std::chrono::milliseconds timeout) {
+  const std::string key = "ddpw/exit/" + name;
+  if (count_me && store_->add(key, 1) == expected) store_->set(key + "/all", std::vector<uint8_t>{1});
+  if (!wait_here) return;
+  const auto deadline = Clock::now() + timeout;
+  while (!store_->check({key + "/all"})) {
+    if (store_->check({kFailedKey})) {
+      const auto bytes = store_->get(kFailedKey);
+      throw Error("a rank failed while the others were leaving: " + std::string(bytes.begin(), bytes.end()));
+    }
+    if (Clock::now() > deadline)
+      throw Error(std::to_string(store_->add(key, 0)) + " of " + std::to_string(expected) + " ranks " + name +
+                  " within " + fmt_seconds(seconds(timeout)));
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+void ProcessGroup::abort_backend() noexcept {
+  if (aborted_ || !backend_) return;
+  aborted_ = true;
+  try {
+    abort_comm(*backend_);  // releases GPU work stuck behind a collective; no destroy warning later
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "[rank %d] warning: aborting NCCL failed: %s\n", rank_, text_of(e).c_str());
+  }
+}
+
+// A failed collective leaves the group unusable: NCCL's communicator is aborted at once (releasing
+// the GPU work stuck behind it), and the peers are told through the store (the NCCL ranks waiting
+// on the host fail at once; every rank stops waiting for this one to leave).
+void ProcessGroup::note_failure(const std::string& message, bool publish) noexcept {
+  failed_ = true;
+  if (publish) {
+    try {
+      if (!store_->check({kFailedKey})) store_->set(kFailedKey, std::vector<uint8_t>(message.begin(), message.end()));
+    } catch (const std::exception&) {  // the store is gone too: the peers will find out themselves
+    }
+  }
+  if (backend_name_ == "nccl") abort_backend();
+}
+
+void ProcessGroup::fail(const std::string& what, double waited_s, const std::string& why, bool publish) {
+  note_failure("rank " + std::to_string(rank_) + ": " + what + " failed: " + why, publish);
+  throw collective_error(what, rank_, size_, waited_s, seconds(collective_timeout_), why);
+}
+
+std::string ProcessGroup::group_failure() {
+  if (backend_name_ != "nccl" || !backend_) return "";
+  if (std::string verdict = watchdog_verdict(*backend_); !verdict.empty()) return verdict;
+  try {
+    if (!store_->check({kFailedKey})) return "";
+    const auto bytes = store_->get(kFailedKey);
+    return std::string(bytes.begin(), bytes.end());
+  } catch (const c10::Error& e) {
+    return "the rendezvous store at " + rendezvous_ + " stopped answering (its server, rank 0 or the launcher, is "
+           "gone?): " + e.what_without_backtrace();
+  }
+}
 
 c10::intrusive_ptr<c10d::Work> ProcessGroup::allreduce_sum_async(std::vector<torch::Tensor>& tensors) {
   c10d::AllreduceOptions options;
@@ -252,34 +467,61 @@ c10::intrusive_ptr<c10d::Work> ProcessGroup::allreduce_sum_async(std::vector<tor
 void ProcessGroup::wait(const c10::intrusive_ptr<c10d::Work>& work, const std::string& what) {
   const auto start = Clock::now();
   try {
-    // NCCL: wait() only orders the streams (the GPU keeps overlapping); its watchdog enforces the
-    // collective timeout. A wait with a timeout would block the CPU, polling every millisecond.
+    // NCCL: wait() only makes this thread's stream wait (the GPU keeps overlapping); its watchdog
+    // enforces the timeout. A wait with a timeout would block the host, polling every millisecond.
     if (backend_name_ == "nccl")
       work->wait();
     else
       work->wait(collective_timeout_);
   } catch (const std::exception& e) {
-    std::string why = e.what();
-    if (const auto* ce = dynamic_cast<const c10::Error*>(&e)) why = ce->what_without_backtrace();
-    const double waited = std::chrono::duration<double>(Clock::now() - start).count();
-    throw Error(what + " failed on rank " + std::to_string(rank_) + " of " + std::to_string(size_) + " after waiting " +
-                    fmt_seconds(waited) + " (timeout " + fmt_seconds(seconds(collective_timeout_)) + "): " + why,
-                "another rank probably died or hangs: look for its first error above; "
-                "--collective-timeout sets the wait");
+    fail(what, std::chrono::duration<double>(Clock::now() - start).count(), text_of(e));
+  }
+  if (backend_name_ == "nccl")
+    if (std::string verdict = watchdog_verdict(*backend_); !verdict.empty()) fail(what, 0, verdict);
+}
+
+void ProcessGroup::wait_on_host(const c10::intrusive_ptr<c10d::Work>& work, const std::string& what) {
+  HostWaitPolicy policy;
+  policy.timeout = collective_timeout_;
+  policy.stop_grace = stop_grace_;
+  policy.failure = [this] { return group_failure(); };
+  policy.stop_requested = [] { return stop_requested(); };
+  HostWaitResult r;
+  try {
+    r = wait_for_work(*work, policy);
+  } catch (const std::exception& e) {
+    fail(what, 0, text_of(e));
+  }
+  switch (r.end) {
+    case HostWaitEnd::kCompleted:
+      return wait(work, what);  // a failed work throws its own error here
+    case HostWaitEnd::kFailed:  // a peer's published failure is not published again
+      fail(what, r.waited_s, r.why, /*publish=*/r.why.rfind("rank ", 0) != 0);
+    case HostWaitEnd::kTimedOut:
+      fail(what, r.waited_s, r.why);
+    case HostWaitEnd::kStopGraceOver:
+      note_failure("rank " + std::to_string(rank_) + ": stopped (" + stop_reason() + ") inside " + what, true);
+      throw collective_error(what, rank_, size_, r.waited_s, seconds(collective_timeout_), r.why,
+                             "the last snapshot stands: resubmit to resume from it. A rank that does not reach "
+                             "this collective (look for its error) keeps the others from stopping at one step");
   }
 }
 
 void ProcessGroup::allreduce_sum(torch::Tensor& tensor, const std::string& what) {
   std::vector<torch::Tensor> tensors{tensor};
-  wait(allreduce_sum_async(tensors), what);
+  auto work = allreduce_sum_async(tensors);
+  backend_name_ == "nccl" ? wait_on_host(work, what) : wait(work, what);
 }
 
 void ProcessGroup::broadcast(std::vector<torch::Tensor>& tensors, int root, const std::string& what) {
   c10d::BroadcastOptions options;
   options.rootRank = root;
-  wait(backend_->broadcast(tensors, options), what);
+  auto work = backend_->broadcast(tensors, options);
+  backend_name_ == "nccl" ? wait_on_host(work, what) : wait(work, what);
 }
 
+// NCCL: the host waits until the allreduce is complete, which on NCCL's stream comes after all the
+// work queued before it on this rank's stream (PyTorch's NCCL barrier synchronizes that stream).
 void ProcessGroup::barrier(const std::string& what) {
   auto token = torch::zeros({1}, torch::TensorOptions().device(device_));
   allreduce_sum(token, what);

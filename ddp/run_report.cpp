@@ -9,6 +9,7 @@
 
 #include "ddp/device.h"
 #include "ddp/process_group.h"
+#include "ddp/threads.h"
 #include "ddp/workload.h"
 
 namespace ddp {
@@ -56,6 +57,12 @@ std::string absolute(const std::string& path) {
   return ::realpath(path.c_str(), resolved) != nullptr ? resolved : path + " (not found)";
 }
 
+// "8 (SLURM_CPUS_PER_TASK=16 / 2 workers)": where the count comes from, when it is thread_choice's.
+std::string threads_with_reason(const Options& o, const LaunchEnv& launch, int threads) {
+  const ThreadChoice choice = thread_choice(o.threads, launch.local_world_size);
+  return std::to_string(threads) + (choice.count == threads ? " (" + choice.why + ")" : "");
+}
+
 }  // namespace
 
 std::string host_name() {
@@ -66,6 +73,8 @@ std::string host_name() {
 
 void print_settings(const Options& o, const LaunchEnv& launch, const torch::Device& device, int threads, int global_rank) {
   if (global_rank != 0) return;
+  const char* workspace = std::getenv("CUBLAS_WORKSPACE_CONFIG");  // set by configure_compute
+  const std::string cublas_workspace = workspace ? workspace : "";
   std::vector<std::vector<std::string>> rows = {
       {"setting", "value"},
       {"launcher", launch.launcher},
@@ -75,7 +84,7 @@ void print_settings(const Options& o, const LaunchEnv& launch, const torch::Devi
                      : launch.init_method.empty() ? launch.master_addr + ":" + std::to_string(launch.master_port)
                                                   : launch.init_method},
       {"device (rank 0)", device_name(device)},
-      {"threads per rank", std::to_string(threads)},
+      {"threads per rank", threads_with_reason(o, launch, threads)},
       {"dataset", o.dataset},
       {"data folder", o.dataset == "synthetic" ? "(none: generated)" : absolute(data_folder(o))},
       {"epochs / save every", std::to_string(o.total_epochs) + " / " + std::to_string(o.save_every)},
@@ -85,10 +94,16 @@ void print_settings(const Options& o, const LaunchEnv& launch, const torch::Devi
       {"learning rate", number(base_learning_rate(o)) + (o.dataset == "synthetic" ? " (SGD)" : " (Adadelta)")},
       {"StepLR gamma", o.dataset == "synthetic" ? "(none: constant rate)" : number(o.gamma) + " per epoch"},
       {"seed", std::to_string(o.seed)},
+      {"deterministic", o.deterministic ? "on (CUBLAS_WORKSPACE_CONFIG=" + cublas_workspace + ")"
+                                        : "off (--deterministic: GPU runs resume bit for bit)"},
       {"snapshot", o.snapshot_path},
       {"metrics", o.metrics_path.empty() ? "(none)" : o.metrics_path},
       {"LibTorch", DDPW_TORCH_VERSION},
   };
+  // The weights bridge to Python (weights_io.h): rows only when used.
+  using Row = std::vector<std::string>;
+  if (!o.init_weights_path.empty()) rows.insert(rows.end() - 1, Row{"initial weights", o.init_weights_path});
+  if (!o.export_weights_path.empty()) rows.insert(rows.end() - 1, Row{"export weights to", o.export_weights_path});
   print_table(rows);
   if (!launch.warning.empty()) std::printf("warning: %s\n", launch.warning.c_str());
   std::fflush(stdout);
@@ -96,14 +111,22 @@ void print_settings(const Options& o, const LaunchEnv& launch, const torch::Devi
 
 void print_rank_table(ProcessGroup* pg, const LaunchEnv& launch, const torch::Device& device,
                       const std::vector<std::pair<std::string, std::string>>& extra) {
-  std::string mine = std::to_string(launch.global_rank) + "\t" + host_name() + "\t" + std::to_string(launch.local_rank) +
-                     "\t" + device_name(device);
+  // The bus id tells GPUs apart where per-task CUDA_VISIBLE_DEVICES make every rank "cuda:0".
+  std::string mine = std::to_string(launch.global_rank) + "\t" + host_name() + "\t" +
+                     std::to_string(launch.local_rank) + "\t" + device_name(device) + "\t" +
+                     (device.is_cuda() ? gpu_bus_id(device) : "-");
   for (const auto& [name, value] : extra) mine += "\t" + (value.empty() ? std::string("-") : value);
   const auto all = pg ? pg->all_gather_strings(mine) : std::vector<std::string>{mine};
   if (launch.global_rank != 0) return;
-  std::vector<std::vector<std::string>> rows{{"rank", "host", "local rank", "device"}};
+  std::vector<std::vector<std::string>> rows{{"rank", "host", "local rank", "device", "GPU bus id"}};
   for (const auto& [name, value] : extra) rows[0].push_back(name);
-  for (const auto& row : all) rows.push_back(split_tabs(row));
+  bool any_gpu = false;
+  for (const auto& row : all) {
+    rows.push_back(split_tabs(row));
+    any_gpu = any_gpu || rows.back().at(4) != "-";
+  }
+  if (!any_gpu)  // a CPU run: the column would only say "-"
+    for (auto& row : rows) row.erase(row.begin() + 4);
   print_table(rows);
 }
 

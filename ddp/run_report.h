@@ -1,5 +1,6 @@
 // defines: the two tables that open every run: the resolved settings (rank 0) and one ordered
-//          row per rank (host, rank, local rank, device), so a wrong GPU binding shows at a glance.
+//          row per rank (host, rank, local rank, device and, with GPUs, its PCI bus id), so a
+//          wrong GPU binding shows at a glance.
 #pragma once
 
 #include <string>

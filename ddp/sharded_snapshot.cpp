@@ -113,7 +113,6 @@ std::optional<Manifest> read_manifest(const std::string& path) {
     const auto& t = m.json.at("training");
     m.training.epochs_run = t.at("epochs_run").get<int64_t>();
     m.training.step_in_epoch = t.at("step_in_epoch").get<int64_t>();
-    m.training.seed = t.at("seed").get<uint64_t>();
     m.training.world_size = t.at("world_size").get<int64_t>();
     m.steps_taken = m.json.at("optimizer").at("steps_taken").get<int64_t>();
     m.buffers = m.json.at("buffers").get<std::vector<std::string>>();
@@ -329,7 +328,7 @@ void save_sharded_snapshot(const std::string& path, ShardedAdamW& optimizer, con
     std::ostringstream stream;
     archive.save_to(stream);
     const std::string payload = stream.str();
-    write_checked_file(beside(path, my_file), kShardMagic, kShardVersion, payload);
+    write_checked_file(beside(path, my_file), kShardMagic, kShardVersion, payload, "--snapshot");
     written = std::to_string(payload.size() + 24) + " " + std::to_string(crc32(payload));
   });
   if (problem)
@@ -349,7 +348,7 @@ void save_sharded_snapshot(const std::string& path, ShardedAdamW& optimizer, con
       manifest["world_size"] = world;
       manifest["zero_stage"] = r.stage();
       manifest["training"] = {{"epochs_run", state.epochs_run}, {"step_in_epoch", state.step_in_epoch},
-                              {"seed", state.seed}, {"world_size", state.world_size}};
+                              {"world_size", state.world_size}};
       const auto& o = optimizer.options();
       manifest["optimizer"] = {{"type", o.decoupled_weight_decay ? "AdamW" : "Adam"},
                                {"steps_taken", optimizer.steps_taken()},
@@ -369,7 +368,7 @@ void save_sharded_snapshot(const std::string& path, ShardedAdamW& optimizer, con
         shards.push_back({{"rank", k}, {"file", shard_name(path, gen, k, world)}, {"bytes", bytes}, {"crc32", hex32(crc)}});
       }
       manifest["shards"] = shards;
-      write_file_atomically(path, manifest.dump(2) + "\n");
+      write_file_atomically(path, manifest.dump(2) + "\n", "--snapshot");
     });
     if (!commit && previous)
       for (const auto& old : previous->shards)

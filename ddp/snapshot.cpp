@@ -15,9 +15,9 @@ namespace {
 
 // File layout (checked_file.h): magic, version, payload size, CRC-32 of the payload, payload (a
 // LibTorch archive). LibTorch's own loader checks neither bytes nor shapes: a flipped byte or another
-// model would load.
+// model would load. Version 2 added who wrote the file (meta/program, meta/kind, meta/dataset).
 constexpr std::string_view kMagic = "DDPWSNAP";
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;
 
 Error snapshot_error(const std::string& path, const std::string& why) {
   return Error("snapshot '" + path + "' " + why + "; it was left untouched",
@@ -35,6 +35,32 @@ int64_t read_int(torch::serialize::InputArchive& archive, const std::string& key
   torch::Tensor t;
   if (!archive.try_read(key, t)) throw snapshot_error(path, "has no '" + key + "' (not a training snapshot)");
   return t.item<int64_t>();
+}
+
+std::string read_string(torch::serialize::InputArchive& archive, const std::string& key, const std::string& path) {
+  c10::IValue v;
+  if (!archive.try_read(key, v) || !v.isString()) throw snapshot_error(path, "has no '" + key + "' (not a training snapshot)");
+  return v.toStringRef();
+}
+
+// "step2_env_launch (solution) training synthetic"
+std::string writer(const ProgramId& program, const std::string& dataset) {
+  return program.label() + " training " + dataset;
+}
+
+// Another program's snapshot would load (same model, same shapes) and resume the wrong run: an
+// exercise would "finish" the solution's training and print its checksum.
+void check_writer(torch::serialize::InputArchive& archive, const Options& options) {
+  const std::string& path = options.snapshot_path;
+  ProgramId theirs;
+  theirs.name = read_string(archive, "meta/program", path);
+  theirs.kind = read_string(archive, "meta/kind", path);
+  const std::string dataset = read_string(archive, "meta/dataset", path);
+  if (theirs.name == options.program.name && theirs.kind == options.program.kind && dataset == options.dataset) return;
+  throw Error("snapshot '" + path + "' was written by " + writer(theirs, dataset) + ", not by this run, " +
+                  writer(options.program, options.dataset) + "; it was left untouched",
+              "give this run its own file with --snapshot PATH, or start it over with --fresh (its first save "
+              "then replaces the file)");
 }
 
 // Reads every parameter and buffer, refusing a tensor of another shape before anything is changed.
@@ -84,14 +110,18 @@ torch::Device device_of(torch::nn::Module& model) {
 
 }  // namespace
 
-void save_snapshot(const std::string& path, torch::nn::Module& model, torch::optim::Optimizer& optimizer,
+void save_snapshot(const Options& options, torch::nn::Module& model, torch::optim::Optimizer& optimizer,
                    const TrainingState& state) {
+  const std::string& path = options.snapshot_path;
   torch::serialize::OutputArchive archive;
   write_tensors(archive, model);
   archive.write("meta/epochs_run", torch::tensor(state.epochs_run));
   archive.write("meta/step_in_epoch", torch::tensor(state.step_in_epoch));
-  archive.write("meta/seed", torch::tensor(static_cast<int64_t>(state.seed)));
+  archive.write("meta/seed", torch::tensor(static_cast<int64_t>(options.seed)));
   archive.write("meta/world_size", torch::tensor(state.world_size));
+  archive.write("meta/program", c10::IValue(options.program.name));
+  archive.write("meta/kind", c10::IValue(options.program.kind));
+  archive.write("meta/dataset", c10::IValue(options.dataset));
   torch::serialize::OutputArchive optimizer_archive;
   optimizer.save(optimizer_archive);
   archive.write("optimizer", optimizer_archive);
@@ -103,19 +133,20 @@ void save_snapshot(const std::string& path, torch::nn::Module& model, torch::opt
 #endif
   std::ostringstream payload_stream;
   archive.save_to(payload_stream);
-  // Atomic: a crash at any moment leaves either the old snapshot or the new one, never a torn file.
-  write_checked_file(path, kMagic, kVersion, payload_stream.str());
+  write_checked_file(path, kMagic, kVersion, payload_stream.str(), "--snapshot");
 }
 
-std::optional<TrainingState> load_snapshot(const std::string& path, torch::nn::Module& model,
+std::optional<TrainingState> load_snapshot(const Options& options, torch::nn::Module& model,
                                            torch::optim::Optimizer& optimizer, int64_t world_size) {
+  if (options.fresh) return std::nullopt;  // the file stays until the first save replaces it
+  const std::string& path = options.snapshot_path;
   auto archive = open_archive(path, device_of(model));
   if (!archive) return std::nullopt;
+  check_writer(*archive, options);
   read_model(*archive, model, path);
   TrainingState state;
   state.epochs_run = read_int(*archive, "meta/epochs_run", path);
   state.step_in_epoch = read_int(*archive, "meta/step_in_epoch", path);
-  state.seed = static_cast<uint64_t>(read_int(*archive, "meta/seed", path));
   state.world_size = read_int(*archive, "meta/world_size", path);
   if (state.world_size != world_size && state.step_in_epoch > 0) {
     std::fprintf(stderr, "warning: snapshot '%s' was taken by %lld rank(s) at step %lld of epoch %lld; with %lld rank(s) "

@@ -1,7 +1,10 @@
 #include "ddp/spawn.h"
 
+#include <fcntl.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/socket.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -26,6 +29,13 @@ namespace {
 
 constexpr const char* kRankVar = "DDPW_SPAWN_RANK";
 constexpr const char* kParentVar = "DDPW_SPAWN_PARENT";
+constexpr const char* kPortVar = "DDPW_SPAWN_MASTER_PORT";   // every worker: the port to meet at
+constexpr const char* kListenFdVar = "DDPW_SPAWN_LISTEN_FD";  // rank 0 only: the socket bound to it
+constexpr const char* kPrefix = "DDPW_SPAWN_";                // a parent's own values are not passed on
+
+// The listening socket this process holds for spawn_master_port(), and its port.
+int g_listen_fd = -1;
+int g_listen_port = 0;
 
 // The children, for the signal handler that passes signals on.
 constexpr int kMaxChildren = 1024;
@@ -59,15 +69,49 @@ std::string describe_status(int status) {
   return "ended with status " + std::to_string(status);
 }
 
+// Binds a TCP socket on the loopback interface to a port the kernel chooses, and listens (the
+// workers all run on this host). Close-on-exec: only rank 0 gets a copy (start_worker).
+void bind_free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) throw Error(std::string("cannot create a socket for the rendezvous: ") + std::strerror(errno),
+                          "check the open-file limit (ulimit -n), or pass --master-port N");
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof addr;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || ::listen(fd, 1024) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    const int err = errno;
+    ::close(fd);
+    throw Error(std::string("cannot bind a free port on 127.0.0.1 for the rendezvous: ") + std::strerror(err),
+                "check that the loopback interface is up, or pass --master-port N");
+  }
+  g_listen_fd = fd;
+  g_listen_port = ntohs(addr.sin_port);
+}
+
 pid_t start_worker(int rank, const std::vector<std::string>& args) {
   std::vector<std::string> env_strings;
   for (char** e = environ; e && *e; ++e) {
-    if (std::strncmp(*e, kRankVar, std::strlen(kRankVar)) == 0) continue;
-    if (std::strncmp(*e, kParentVar, std::strlen(kParentVar)) == 0) continue;
+    if (std::strncmp(*e, kPrefix, std::strlen(kPrefix)) == 0) continue;
     env_strings.emplace_back(*e);
   }
   env_strings.push_back(std::string(kRankVar) + "=" + std::to_string(rank));
   env_strings.push_back(std::string(kParentVar) + "=" + std::to_string(::getpid()));
+  // Rank 0 inherits the bound socket (a copy without close-on-exec), so its store serves on it:
+  // the port is never free between choosing and serving. The parent's own copy is closed below.
+  int inherited = -1;
+  if (g_listen_port > 0) {
+    env_strings.push_back(std::string(kPortVar) + "=" + std::to_string(g_listen_port));
+    if (rank == 0 && g_listen_fd >= 0) {
+      inherited = ::dup(g_listen_fd);  // dup() clears close-on-exec on the copy
+      if (inherited < 0)
+        throw Error(std::string("cannot pass the rendezvous socket to rank 0: ") + std::strerror(errno),
+                    "check the open-file limit (ulimit -n), or pass --master-port N");
+      env_strings.push_back(std::string(kListenFdVar) + "=" + std::to_string(inherited));
+    }
+  }
   std::vector<char*> envp, argv;
   for (auto& s : env_strings) envp.push_back(s.data());
   envp.push_back(nullptr);
@@ -77,6 +121,11 @@ pid_t start_worker(int rank, const std::vector<std::string>& args) {
 
   pid_t pid = 0;
   const int rc = ::posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, argv.data(), envp.data());
+  if (inherited >= 0) {  // rank 0 holds the socket now; a later worker must not
+    ::close(inherited);
+    ::close(g_listen_fd);
+    g_listen_fd = -1;
+  }
   if (rc != 0)
     throw Error("cannot start worker " + std::to_string(rank) + ": " + std::strerror(rc),
                 "check the process limit (ulimit -u) and that the program file still exists");
@@ -158,6 +207,32 @@ std::string started_by_launcher() {
 }  // namespace
 
 bool is_spawned_worker() { return std::getenv(kRankVar) != nullptr; }
+
+int spawn_master_port() {
+  if (is_spawned_worker()) {
+    const char* port = std::getenv(kPortVar);
+    DDP_CHECK(port != nullptr && std::atoi(port) > 0, "this worker was not told its rendezvous port",
+              "start the program itself (it starts its workers), not one of its workers");
+    return std::atoi(port);
+  }
+  if (g_listen_fd < 0) bind_free_port();
+  return g_listen_port;
+}
+
+int take_spawn_listen_socket(int port) {
+  if (is_spawned_worker()) {
+    const char* fd = std::getenv(kListenFdVar);
+    const char* own = std::getenv(kPortVar);
+    if (fd == nullptr || own == nullptr || std::atoi(own) != port) return -1;
+    ::unsetenv(kListenFdVar);  // taken once
+    const int n = std::atoi(fd);
+    return ::fcntl(n, F_SETFD, FD_CLOEXEC) == 0 ? n : -1;  // a valid descriptor, not passed on again
+  }
+  if (g_listen_fd < 0 || g_listen_port != port) return -1;
+  const int fd = g_listen_fd;
+  g_listen_fd = -1;
+  return fd;
+}
 
 int spawn(int nprocs, const std::function<int(int rank)>& worker) {
   if (const char* rank = std::getenv(kRankVar)) {

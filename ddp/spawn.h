@@ -20,4 +20,15 @@ int spawn(int nprocs, const std::function<int(int rank)>& worker);
 // True in a process that spawn() started.
 bool is_spawned_worker();
 
+// The port the workers meet at when no --master-port is given. In the parent: a free port on this
+// host, chosen by the kernel (bind to port 0) and kept bound and listening, so that no other job can
+// take it between choosing and using it; spawn() hands that socket to rank 0, whose store serves
+// on it (as torchrun hands its socket to the store). In a worker: the port its parent chose.
+int spawn_master_port();
+
+// The listening socket behind spawn_master_port(), if this process holds one for `port` (rank 0
+// of spawn(), or a program that serves the store itself without spawning); else -1. The caller
+// owns it from now on: c10d's TCPStoreOptions::masterListenFd takes it over.
+int take_spawn_listen_socket(int port);
+
 }  // namespace ddp

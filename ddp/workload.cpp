@@ -6,16 +6,20 @@
 #include "ddp/error.h"
 #include "ddp/idx.h"
 #include "ddp/process_group.h"
+#include "ddp/weights_io.h"
 
 namespace ddp {
 namespace {
 
+// Seeded weights, or --init-weights (a state_dict from Python) over them.
 template <typename M, typename... Args>
-std::function<std::shared_ptr<Model>(torch::Device)> seeded_model(uint64_t seed, Args... args) {
+std::function<std::shared_ptr<Model>(torch::Device)> seeded_model(uint64_t seed, std::string init_weights,
+                                                                  Args... args) {
   return [=](torch::Device device) -> std::shared_ptr<Model> {
     torch::manual_seed(seed);
     auto model = std::make_shared<M>(args...);
     model->to(device);
+    if (!init_weights.empty()) import_weights(init_weights, *model);
     return model;
   };
 }
@@ -25,7 +29,7 @@ Workload synthetic(const Options& o) {
   w.name = "synthetic";
   w.train = make_synthetic_dataset(2048, 20, o.seed);
   w.test = make_synthetic_dataset(512, 20, o.seed + 1000);  // same map, other samples
-  w.make_model = seeded_model<LinearRegressor>(o.seed, int64_t{20});
+  w.make_model = seeded_model<LinearRegressor>(o.seed, o.init_weights_path, int64_t{20});
   const double lr = base_learning_rate(o);
   w.make_optimizer = [lr](Model& m) {
     return std::make_unique<torch::optim::SGD>(m.parameters(), torch::optim::SGDOptions(lr));
@@ -45,7 +49,7 @@ Workload images(const Options& o) {
   w.train = load_idx_dataset(dir, Split::kTrain, mean, std);
   w.test = load_idx_dataset(dir, Split::kTest, mean, std);
   w.classification = true;
-  w.make_model = seeded_model<MnistCnn>(o.seed);
+  w.make_model = seeded_model<MnistCnn>(o.seed, o.init_weights_path);
   const double lr = base_learning_rate(o), gamma = o.gamma;
   w.make_optimizer = [lr](Model& m) { return std::make_unique<Adadelta>(m.parameters(), lr); };
   w.loss = [](const torch::Tensor& out, const torch::Tensor& target) { return torch::nll_loss(out, target); };

@@ -20,7 +20,8 @@ struct Workload {
   std::string name;  // "synthetic", "mnist" or "fashion-mnist"
   Dataset train, test;
   bool classification = false;  // accuracy is reported for classifiers
-  // The model, initialised from --seed (the same on every rank) and moved to `device`.
+  // The model, initialised from --seed (the same on every rank), then from --init-weights when
+  // given, and moved to `device`.
   std::function<std::shared_ptr<Model>(torch::Device device)> make_model;
   std::function<std::unique_ptr<torch::optim::Optimizer>(Model&)> make_optimizer;
   std::function<torch::Tensor(const torch::Tensor& output, const torch::Tensor& target)> loss;

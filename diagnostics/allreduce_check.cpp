@@ -14,10 +14,10 @@
 #include <cstdint>
 #include <cstdio>
 #include <string>
-#include <thread>
 #include <vector>
 
-#include "ddp/device.h"         // defines: choose_device, choose_threads, device_name
+#include "ddp/device.h"         // defines: choose_device, device_name
+#include "ddp/threads.h"        // defines: choose_threads
 #include "ddp/error.h"          // defines: run_main
 #include "ddp/launch_env.h"     // defines: resolve_launch_env, describe
 #include "ddp/options.h"        // defines: parse_options, launch_overrides
@@ -26,7 +26,8 @@
 #include "diagnostics/allreduce_pattern.h"  // defines: AllreducePattern
 
 #ifdef DDPW_HAVE_CUDA
-#include <cuda_runtime_api.h>  // defines: cudaRuntimeGetVersion
+#include <ATen/cuda/CUDAEvent.h>                // defines: at::cuda::CUDAEvent (timing on the GPU)
+#include <ATen/detail/CUDAHooksInterface.h>  // defines: getCUDAHooks().versionCUDART (torch's runtime)
 #endif
 #ifdef DDPW_HAVE_NCCL
 #include <torch/csrc/distributed/c10d/NCCLUtils.hpp>  // defines: c10d::getNcclVersion
@@ -61,28 +62,31 @@ std::string human_bytes(uint64_t bytes) {
   return buf;
 }
 
-// Seconds per all-reduce of `buffer`, the mean over `iters`. On a GPU the all-reduces queue back to
-// back on NCCL's stream and the clock stops when the last one completes, as in nccl-tests:
-// ProcessGroup::wait with its timeout makes the CPU sleep-poll each one in 1 ms steps, which would
-// swamp the small sizes. The spin is bounded by the collective timeout, and wait() afterwards
-// reports any failure as usual. Gloo runs them one by one.
-double time_allreduce(ddp::ProcessGroup& group, torch::Tensor& buffer, int iters, std::chrono::milliseconds timeout,
-                      const std::string& what) {
-  std::vector<c10::intrusive_ptr<c10d::Work>> queued;
-  const auto start = Clock::now();
-  for (int i = 0; i < iters; ++i) {
-    if (!buffer.is_cuda()) {
-      group.allreduce_sum(buffer, what);
-      continue;
-    }
-    std::vector<torch::Tensor> tensors{buffer};
-    queued.push_back(group.allreduce_sum_async(tensors));
+// Seconds per all-reduce of `buffer`, the mean over `iters`. Gloo runs them one by one, timed by
+// the host clock. On a GPU they queue back to back on NCCL's stream and are timed as nccl-tests
+// does, by CUDA events on the stream around the whole loop (a host clock would measure c10d's
+// enqueue cost for small buffers): the start event precedes the first all-reduce on this rank's
+// stream, the end event follows the last one (wait() makes the stream wait for it).
+double time_allreduce(ddp::ProcessGroup& group, torch::Tensor& buffer, int iters, const std::string& what) {
+  std::vector<torch::Tensor> tensors{buffer};
+  if (!buffer.is_cuda()) {
+    const auto start = Clock::now();
+    for (int i = 0; i < iters; ++i) group.allreduce_sum(buffer, what);
+    return std::chrono::duration<double>(Clock::now() - start).count() / iters;
   }
-  const auto deadline = Clock::now() + timeout;
-  while (!queued.empty() && !queued.back()->isCompleted() && Clock::now() < deadline) std::this_thread::yield();
-  const double seconds = std::chrono::duration<double>(Clock::now() - start).count() / iters;
-  for (auto& work : queued) group.wait(work, what);
-  return seconds;
+#ifdef DDPW_HAVE_CUDA
+  at::cuda::CUDAEvent start(cudaEventDefault), end(cudaEventDefault);  // with timing
+  start.record();
+  std::vector<c10::intrusive_ptr<c10d::Work>> queued;
+  for (int i = 0; i < iters; ++i) queued.push_back(group.allreduce_sum_async(tensors));
+  for (auto& work : queued) group.wait(work, what);  // the stream waits; failures throw
+  end.record();
+  group.wait_on_host(queued.back(), what);  // the host waits, bounded by the collective timeout
+  end.synchronize();
+  return static_cast<double>(start.elapsed_time(end)) / 1000.0 / iters;
+#else
+  throw ddp::Error("a CUDA buffer in a build without CUDA");
+#endif
 }
 
 // Seconds per copy of `source` into `target` on their device, the mean over `iters`.
@@ -118,7 +122,7 @@ struct Result {
 };
 
 Result measure(ddp::ProcessGroup& group, const diagnostics::AllreducePattern& pattern, const torch::Device& device, uint64_t bytes,
-               const Sweep& sweep, std::chrono::milliseconds timeout) {
+               const Sweep& sweep) {
   const int64_t count = static_cast<int64_t>(bytes / sizeof(float));
   const std::string what = "all-reduce of " + human_bytes(bytes);
 
@@ -128,9 +132,9 @@ Result measure(ddp::ProcessGroup& group, const diagnostics::AllreducePattern& pa
 
   // Timed on zeros: the sums cannot overflow however many iterations, and must stay zero.
   buffer.zero_();
-  if (sweep.warmup > 0) time_allreduce(group, buffer, sweep.warmup, timeout, what);
+  if (sweep.warmup > 0) time_allreduce(group, buffer, sweep.warmup, what);
   group.barrier("barrier before timing the " + what);
-  const double seconds = time_allreduce(group, buffer, sweep.iters, timeout, what);
+  const double seconds = time_allreduce(group, buffer, sweep.iters, what);
   wrong += buffer.ne(0).sum().item<int64_t>();
 
   return {max_over_ranks(group, device, seconds), sum_over_ranks(group, device, wrong)};
@@ -149,9 +153,11 @@ double copy_bandwidth(ddp::ProcessGroup& group, const torch::Device& device, uin
 std::string versions(const ddp::ProcessGroup& group, [[maybe_unused]] const torch::Device& device) {
   std::string v = std::string("LibTorch ") + DDPW_TORCH_VERSION + ", backend " + group.backend_name();
 #ifdef DDPW_HAVE_CUDA
-  int runtime = 0;
-  if (device.is_cuda() && cudaRuntimeGetVersion(&runtime) == cudaSuccess)
-    v += ", CUDA runtime " + std::to_string(runtime / 1000) + "." + std::to_string(runtime % 1000 / 10);
+  // The runtime torch was built with and loads (not whichever cudart this program linked too).
+  if (device.is_cuda()) {
+    const long runtime = at::detail::getCUDAHooks().versionCUDART();
+    v += ", CUDA runtime " + std::to_string(runtime / 1000) + "." + std::to_string(runtime % 1000 / 10) + " (torch's)";
+  }
 #endif
 #ifdef DDPW_HAVE_NCCL
   if (group.backend_name() == "nccl") v += ", NCCL " + c10d::getNcclVersion();
@@ -181,7 +187,8 @@ int allreduce_check(const ddp::Options& options, const Sweep& sweep, const ddp::
     std::printf("# %zu sizes, %s to %s (x%d); per size %d untimed warm-up and %d timed all-reduces\n",
                 sizes.size(), human_bytes(sizes.front()).c_str(), human_bytes(sizes.back()).c_str(), sweep.factor,
                 sweep.warmup, sweep.iters);
-    std::printf("# time = mean per all-reduce, slowest rank; algbw = size / time; busbw = algbw * 2(n-1)/n, n = %d\n#\n", n);
+    std::printf("# time = mean per all-reduce (%s), slowest rank; algbw = size / time; busbw = algbw * 2(n-1)/n, "
+                "n = %d\n#\n", device.is_cuda() ? "CUDA events on the stream" : "host clock", n);
     for (const auto& l : rank_lines) std::printf("%s\n", l.c_str());
     std::printf("#\n#%11s  %12s  %8s  %6s  %10s  %7s  %7s  %7s\n", "size", "count", "type", "redop", "time", "algbw",
                 "busbw", "#wrong");
@@ -192,7 +199,7 @@ int allreduce_check(const ddp::Options& options, const Sweep& sweep, const ddp::
   int64_t wrong_total = 0;
   double busbw_sum = 0;
   for (const uint64_t bytes : sizes) {
-    const Result r = measure(group, pattern, device, bytes, sweep, group_options.collective_timeout);
+    const Result r = measure(group, pattern, device, bytes, sweep);
     const double algbw = static_cast<double>(bytes) / r.seconds / 1e9;
     const double busbw = algbw * 2.0 * (n - 1) / n;
     wrong_total += r.wrong;

@@ -7,7 +7,8 @@ set(_expect "${PROJECT_SOURCE_DIR}/diagnostics/expect.sh")
 # The preflight checks that need no network or GPU (plain C++, no LibTorch: builds in seconds).
 add_executable(diagnostics_tests ${PROJECT_SOURCE_DIR}/diagnostics/test_preflight.cpp)
 target_link_libraries(diagnostics_tests PRIVATE diagnostics_preflight GTest::gtest_main)
-gtest_discover_tests(diagnostics_tests TEST_PREFIX "diagnostics.preflight." PROPERTIES LABELS unit)
+gtest_discover_tests(diagnostics_tests TEST_PREFIX "diagnostics.preflight." PROPERTIES LABELS unit
+                     ENVIRONMENT "${DDPW_CPU_ONLY_ENV}")
 
 find_program(DDPW_MPIRUN mpirun)
 find_program(DDPW_TORCHRUN torchrun HINTS "$ENV{HOME}/.cache/ddp-workshop/venv/bin")
@@ -63,6 +64,8 @@ if(DDPW_MPIRUN)
             -e "^0 +[^ ]+ +0 of 2 +[0-9]+ +cpu "
             -e "^1 +[^ ]+ +1 of 2 +[0-9]+ +cpu "
             -e "^#   NCCL_DEBUG=INFO \\(all ranks\\)$"
+            -e "^# joined the gloo backend in [0-9.]+ s$"
+            -e "^# DDP check: Linear\\(42,3\\).* on 2 rank\\(s\\): same output on every rank .*: OK$"
             -e "^OK: 2 of 2 ranks reported$"
             -- ${_mpirun} -np 2 -x NCCL_DEBUG=INFO
                $<TARGET_FILE:hello> --device cpu --master-addr 127.0.0.1 --master-port 29611)
@@ -76,7 +79,8 @@ if(DDPW_MPIRUN)
             -- sh -c "rm -f \"$0\" && exec \"$@\"" "${_rdzv}"
                ${_mpirun} -np 2 $<TARGET_FILE:hello> --device cpu --init-method "file://${_rdzv}")
 
-  # Both ranks claim local rank 0 (a launch bug): every rank reports, and the run fails naming it.
+  # Both ranks claim local rank 0 (a launch bug): every rank reports, and the run fails naming it,
+  # before joining the backend.
   add_test(NAME diagnostics.hello.duplicate_local_rank
     COMMAND "${_expect}" --exit 1 --within 60
             -e "^# FAILED: ranks 0-1 both claim .*local rank 0 of 2"
@@ -112,14 +116,18 @@ if(DDPW_TORCHRUN)
     COMMAND "${_expect}" --exit 0 --within 90
             -e "^# hello: torchrun: rank 0 of 2"
             -e "^1 +[^ ]+ +1 of 2 +[0-9]+ +cpu "
+            -e "^# DDP check: .*: OK$"
             -e "^OK: 2 of 2 ranks reported$"
             -- "${DDPW_TORCHRUN}" --standalone --nproc_per_node=2 --no-python $<TARGET_FILE:hello> --device cpu)
 endif()
 
+# On the CPU even on a GPU host (DDPW_CPU_ONLY_ENV, tests/CMakeLists.txt); the GPU cases of hello
+# are gpu tests (tests/test_gpu.cpp).
 get_property(_diagnostics_tests DIRECTORY PROPERTY TESTS)
 list(FILTER _diagnostics_tests INCLUDE REGEX "^diagnostics\\.")
-set_tests_properties(${_diagnostics_tests} PROPERTIES LABELS integration TIMEOUT 180)
+set_tests_properties(${_diagnostics_tests} PROPERTIES LABELS integration TIMEOUT 180 ENVIRONMENT "${DDPW_CPU_ONLY_ENV}")
 
 if(DDPW_TORCH_VERSION VERSION_LESS 2)  # LibTorch 1.x cannot talk to torchrun 2.x's store
-  set_tests_properties(diagnostics.hello.torchrun_2_ranks PROPERTIES ENVIRONMENT "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1")
+  set_tests_properties(diagnostics.hello.torchrun_2_ranks
+                       PROPERTIES ENVIRONMENT "${DDPW_CPU_ONLY_ENV};TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1")
 endif()

@@ -39,9 +39,11 @@ if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then
   fi
 else
   say "not root or not Debian: installing nothing (on a cluster, load the modules of clusters/<site>/env.sh)"
-  for tool in cmake g++ ninja mpirun srun; do
+  for tool in cmake g++ ninja nvcc mpirun srun; do
     printf 'setup:   %-7s %s\n' "$tool" "$(command -v "$tool" || echo 'not found')"
   done
+  say "CLI11 and Gloo's headers need no root: the configure fetches CLI11 if it is missing, and"
+  say "without Gloo's headers builds for GPUs only (NCCL), as its summary says (README: Building by hand)"
 fi
 
 # LibTorch. An explicit one (a libtorch archive or a module via CMAKE_PREFIX_PATH/Torch_DIR) or a
@@ -58,8 +60,8 @@ elif [ "$(id -u)" -ne 0 ] && [ -n "${SLURM_CLUSTER_NAME:-}${MODULEPATH:-}" ]; th
   exit 1
 else
   if ! command -v nvcc >/dev/null; then
-    say "note: no nvcc on PATH. The torch wheel is CUDA-enabled and its CMake config needs nvcc;"
-    say "      install the CUDA toolkit, or use Debian's CPU LibTorch: apt-get install libtorch-dev libgloo-dev"
+    say "note: no nvcc on PATH. The torch wheel is CUDA-enabled and its CMake config needs nvcc:"
+    say "      install the CUDA toolkit of the wheel's CUDA major version (13), or load its module"
   fi
   say "installing torch==$DDPW_TORCH into $VENV (once; later runs reuse it)"
   mkdir -p "$DDPW_HOME"

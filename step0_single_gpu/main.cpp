@@ -4,139 +4,116 @@
 //
 // The GPU is used when there is one, else the CPU (--device cpu forces it). The snapshot holds all
 // a run needs to continue exactly: run the same command again after a crash and it resumes.
-// Later steps keep this program and add one concept each. The names local_rank, global_rank and
-// world_size are already the final ones; training alone they are 0, 0 and 1.
+// Later steps keep this program and add one concept each, in blocks marked TODO(stepN). The names
+// local_rank, global_rank and world_size are already the final ones; alone they are 0, 0 and 1.
 #include <torch/torch.h>
 
-#include <chrono>
-#include <cstdio>
-#include <memory>
-#include <string>
-
+#include "ddp/compute.h"         // defines: configure_compute (threads per rank, --deterministic)
 #include "ddp/data.h"            // defines: DistributedSampler (the data order), Loader (batches)
-#include "ddp/device.h"          // defines: choose_device, choose_threads
-#include "ddp/epoch_report.h"    // defines: EpochReporter (losses, test accuracy, metrics file)
+#include "ddp/device.h"          // defines: choose_device
+#include "ddp/epoch_report.h"    // defines: EpochReporter (every line a rank prints, losses, metrics)
 #include "ddp/error.h"           // defines: run_main, exit codes
-#include "ddp/launch_env.h"      // defines: LaunchEnv (ranks and world size)
-#include "ddp/metrics.h"         // defines: Progress (lines for batch logs)
+#include "ddp/launch_env.h"      // defines: LaunchValues, check_launch (who am I)
 #include "ddp/options.h"         // defines: Options, parse_options
-#include "ddp/process_group.h"   // defines: ProcessGroup, any_rank
+#include "ddp/process_group.h"   // defines: ProcessGroup
 #include "ddp/run_report.h"      // defines: print_settings, print_rank_table
 #include "ddp/snapshot.h"        // defines: save_snapshot, load_snapshot
-#include "ddp/stop_signal.h"     // defines: stop_requested (SIGTERM / SIGUSR1)
+#include "ddp/stop_agreement.h"  // defines: StopAgreement (all ranks stop at one step on SIGTERM/SIGUSR1)
 #include "ddp/workload.h"        // defines: Workload (data, model, optimizer, loss)
 
 class Trainer {
  public:
   Trainer(const ddp::Options& opt, const ddp::LaunchEnv& launch, torch::Device device,
-          std::shared_ptr<ddp::ProcessGroup> pg, int threads)
+          std::shared_ptr<ddp::ProcessGroup> pg)
       : opt_(opt),
-        device_(device),
-        pg_(std::move(pg)),
-        local_rank_(launch.local_rank),
-        global_rank_(launch.global_rank),
-        world_size_(launch.world_size),
+        launch_(launch),
         workload_(ddp::make_workload(opt)),
         sampler_(workload_.train.size(), /*num_replicas=*/1, /*rank=*/0, opt.seed),
-        loader_(workload_.train, sampler_, opt.batch_size, device),
         model_(workload_.make_model(device)),
+        loader_(workload_.train, sampler_, opt.batch_size, device),
         optimizer_(workload_.make_optimizer(plain_model())),
-        reporter_(opt, workload_, device, pg_.get(), global_rank_, world_size_, launch.local_world_size, threads) {
-    tag_ = std::string(device.is_cuda() ? "[GPU" : "[CPU") + std::to_string(local_rank_) + "]";
-    if (opt.fresh) return;
-    if (auto state = ddp::load_snapshot(opt.snapshot_path, plain_model(), *optimizer_, world_size_)) {
+        stop_(pg.get()),
+        reporter_(opt, launch, device, workload_, pg.get()) {
+    if (auto state = ddp::load_snapshot(opt, plain_model(), *optimizer_, launch.world_size)) {
       epochs_run_ = state->epochs_run;
       first_step_ = state->step_in_epoch;
-      std::printf("%s Resuming training from snapshot %s at epoch %lld, step %lld\n", tag_.c_str(),
-                  opt.snapshot_path.c_str(), static_cast<long long>(epochs_run_), static_cast<long long>(first_step_));
+      reporter_.print("Resuming training from snapshot {} at epoch {}, step {}", opt.snapshot_path, epochs_run_,
+                      first_step_);
     }
   }
 
-  // Returns the exit code: 0 when all epochs ran, kExitRequeue when a signal stopped training.
-  int train() {
+  int train() {  // the exit code: 0 when all epochs ran, kExitRequeue when a signal stopped training
     for (int64_t epoch = epochs_run_; epoch < opt_.total_epochs; ++epoch) {
       if (!run_epoch(epoch)) return ddp::kExitRequeue;
       if ((epoch + 1) % opt_.save_every == 0 || epoch + 1 == opt_.total_epochs) save(epoch + 1, 0);
     }
-    reporter_.end_training(plain_model(), tag_);
+    reporter_.end_training(plain_model());
     return ddp::kExitOk;
   }
 
  private:
   ddp::Model& plain_model() { return *model_; }
 
-  double run_batch(const ddp::Batch& batch) {
+  torch::Tensor run_batch(const ddp::Batch& batch) {
     optimizer_->zero_grad();
     auto loss = workload_.loss(model_->forward(batch.input), batch.target);
     loss.backward();
     optimizer_->step();
-    return loss.item<double>();
+    return loss;
   }
 
-  // Returns false when a stop was requested: the snapshot is then written at this very step.
-  bool run_epoch(int64_t epoch) {
+  bool run_epoch(int64_t epoch) {  // false when a signal stopped it: the snapshot is then of this step
     sampler_.set_epoch(epoch);  // a new shuffle every epoch, the same for the same seed
     ddp::set_learning_rate(*optimizer_, workload_.learning_rate(epoch));
-    std::printf("%s Epoch %lld | Batchsize: %lld | Steps: %lld\n", tag_.c_str(), static_cast<long long>(epoch),
-                static_cast<long long>(opt_.batch_size), static_cast<long long>(loader_.steps()));
-    std::fflush(stdout);
-    ddp::Progress progress(tag_, loader_.steps(), opt_.batch_size, opt_.log_every);
-    const auto start = std::chrono::steady_clock::now();
-    double loss_sum = 0;
-    int64_t batches = 0, samples = 0;
+    auto log = reporter_.begin_epoch(epoch, loader_, first_step_);
     for (int64_t step = first_step_; step < loader_.steps(); ++step) {
-      if (ddp::any_rank(pg_.get(), ddp::stop_requested())) {
-        std::printf("%s Stopping at epoch %lld, step %lld (%s)\n", tag_.c_str(), static_cast<long long>(epoch),
-                    static_cast<long long>(step), ddp::stop_reason());
+      if (stop_.should_stop()) {  // SIGTERM or SIGUSR1: every rank stops at this same step
+        reporter_.print("Stopping at epoch {}, step {} ({})", epoch, step, ddp::stop_reason());
         save(epoch, step);
         return false;
       }
       const ddp::Batch batch = loader_.batch(step);
-      loss_sum += run_batch(batch);
-      ++batches;
-      samples += batch.input.size(0);
-      progress.update(step + 1, loss_sum / static_cast<double>(batches));
+      log.add(batch, run_batch(batch));  // the loss stays on the device: nothing waits for it
     }
-    progress.finish();
     first_step_ = 0;
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    reporter_.end_epoch(epoch, loss_sum, batches, samples, seconds, loader_.take_load_seconds(), plain_model());
+    reporter_.end_epoch(log, plain_model());
     return true;
   }
 
-  void save(int64_t epochs_run, int64_t step_in_epoch) {
-    const ddp::TrainingState state{epochs_run, step_in_epoch, opt_.seed, world_size_};
-    ddp::save_snapshot(opt_.snapshot_path, plain_model(), *optimizer_, state);
-    std::printf("%s Training snapshot saved at %s (%lld epochs run, step %lld)\n", tag_.c_str(),
-                opt_.snapshot_path.c_str(), static_cast<long long>(epochs_run), static_cast<long long>(step_in_epoch));
-    std::fflush(stdout);
+  void save(int64_t epochs_run, int64_t step) {
+    ddp::save_snapshot(opt_, plain_model(), *optimizer_, {epochs_run, step, launch_.world_size});
+    reporter_.print("Training snapshot saved at {} ({} epochs run, step {})", opt_.snapshot_path, epochs_run, step);
   }
 
   const ddp::Options& opt_;
-  torch::Device device_;
-  std::shared_ptr<ddp::ProcessGroup> pg_;  // none while we train alone: step 1 creates one
-  int local_rank_, global_rank_, world_size_;
+  const ddp::LaunchEnv launch_;
   ddp::Workload workload_;
   ddp::DistributedSampler sampler_;
-  ddp::Loader loader_;
   std::shared_ptr<ddp::Model> model_;
+  ddp::Loader loader_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
+  ddp::StopAgreement stop_;
   ddp::EpochReporter reporter_;
-  std::string tag_;
   int64_t epochs_run_ = 0, first_step_ = 0;
 };
 
+// One process that trains alone. From step 1 on, every device gets a worker of its own.
+int worker(const ddp::Options& opt) {
+  ddp::install_stop_signal_handlers();
+  ddp::LaunchValues me;  // who am I: alone, global rank 0 of world size 1, local rank 0
+
+  const ddp::LaunchEnv launch = ddp::check_launch(me, opt);
+  const torch::Device device = ddp::choose_device(opt.device, launch.local_rank, launch.local_world_size);
+  const int threads = ddp::configure_compute(opt, launch);
+  std::shared_ptr<ddp::ProcessGroup> pg;  // none while we train alone: step 1 creates one
+
+  ddp::print_settings(opt, launch, device, threads, launch.global_rank);
+  ddp::print_rank_table(pg.get(), launch, device);  // each rank's host, local rank and device
+  Trainer trainer(opt, launch, device, pg);
+  return trainer.train();
+}
+
 int main(int argc, char** argv) {
-  const ddp::Options opt = ddp::parse_options(argc, argv, "Step 0: train on one device", ddp::kTrainingOptions);
-  return ddp::run_main([&] {
-    ddp::install_stop_signal_handlers();
-    const ddp::LaunchEnv launch;  // one process: global rank 0 of world size 1, local rank 0
-    const torch::Device device = ddp::choose_device(opt.device, launch.local_rank, launch.local_world_size);
-    const int threads = ddp::choose_threads(opt.threads, launch.local_world_size);
-    torch::set_num_threads(threads);
-    ddp::print_settings(opt, launch, device, threads, launch.global_rank);
-    ddp::print_rank_table(/*pg=*/nullptr, launch, device);  // one row for now: where this rank runs
-    Trainer trainer(opt, launch, device, /*pg=*/nullptr, threads);
-    return trainer.train();
-  });
+  const ddp::Options opt = ddp::parse_options(argc, argv, ddp::kTrainingOptions);
+  return ddp::run_main([&] { return worker(opt); });
 }

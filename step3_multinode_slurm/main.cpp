@@ -1,178 +1,143 @@
-// step3_multinode_slurm — the trainer on several nodes, one task per GPU, started by Slurm's srun
-// in a batch job (clusters/<site>/step3.sbatch):
-//
-//   srun step3_multinode_slurm 50 10         # inside: #SBATCH --nodes=2 --ntasks-per-node=2
-//
-// Every task learns its global rank, its local rank on its node and the world size from Slurm
-// (SLURM_PROCID, SLURM_LOCALID, SLURM_NTASKS); rank 0 runs on the first node of the job's
-// nodelist, which is therefore the master address. New since step 2 (marked TODO(step3)): the
-// log lines name both ranks, and rank 0 says where it serves the rendezvous before anyone waits.
-// The exercise (step3_multinode_slurm/) and the solution (solutions/step3_multinode_slurm/)
-// differ only inside those blocks.
-// A TODO block is the TODO comment and the code right below it, up to a blank line or the end
-// of the enclosing block.
+// step3_multinode_slurm — the trainer on several nodes, one task per GPU, started by srun.
+//   srun step3_multinode_slurm 50 10    # in a batch job: clusters/<site>/step3.sbatch
+// New since step 2 (TODO(step3)): every task reads who it is from Slurm's variables; the job's
+// first node and its id give the master address and port. `scripts/diff-step 3` shows the answers.
 #include <torch/torch.h>
 
-#include <chrono>
-#include <cstdio>
-#include <memory>
-#include <string>
-
+#include "ddp/compute.h"         // defines: configure_compute (threads per rank, --deterministic)
 #include "ddp/data.h"            // defines: DistributedSampler (the data order), Loader (batches)
-#include "ddp/device.h"          // defines: choose_device, choose_threads, visible_gpus
+#include "ddp/device.h"          // defines: choose_device, visible_gpus
 #include "ddp/distributed_data_parallel.h"  // defines: DistributedDataParallel
-#include "ddp/epoch_report.h"    // defines: EpochReporter (losses, test accuracy, metrics file)
+#include "ddp/epoch_report.h"    // defines: EpochReporter (every line a rank prints, losses, metrics)
 #include "ddp/error.h"           // defines: run_main, exit codes
-#include "ddp/launch_env.h"      // defines: LaunchEnv (ranks and world size)
-#include "ddp/metrics.h"         // defines: Progress (lines for batch logs)
+#include "ddp/hostlist.h"        // defines: expand_hostlist (Slurm's node lists)
+#include "ddp/launch_env.h"      // defines: LaunchValues, check_launch (who am I), job_port
 #include "ddp/options.h"         // defines: Options, parse_options
-#include "ddp/process_group.h"   // defines: ProcessGroup, any_rank
+#include "ddp/process_group.h"   // defines: ProcessGroup
 #include "ddp/run_report.h"      // defines: print_settings, print_rank_table
 #include "ddp/snapshot.h"        // defines: save_snapshot, load_snapshot
-#include "ddp/stop_signal.h"     // defines: stop_requested (SIGTERM / SIGUSR1)
+// TODO(step2): the launcher starts the processes: no spawn any more.
+#include "ddp/stop_agreement.h"  // defines: StopAgreement (all ranks stop at one step on SIGTERM/SIGUSR1)
 #include "ddp/workload.h"        // defines: Workload (data, model, optimizer, loss)
 
 class Trainer {
  public:
   Trainer(const ddp::Options& opt, const ddp::LaunchEnv& launch, torch::Device device,
-          std::shared_ptr<ddp::ProcessGroup> pg, int threads)
+          std::shared_ptr<ddp::ProcessGroup> pg)
       : opt_(opt),
-        device_(device),
-        pg_(std::move(pg)),
-        local_rank_(launch.local_rank),
-        global_rank_(launch.global_rank),
-        world_size_(launch.world_size),
+        launch_(launch),
         workload_(ddp::make_workload(opt)),
-
-        // each rank's own shard of every epoch's shuffle
-        sampler_(workload_.train.size(), /*num_replicas=*/world_size_, /*rank=*/global_rank_, opt.seed),
+        // TODO(step1): give each rank its own shard of every epoch's shuffle (as DistributedSampler).
+        sampler_(workload_.train.size(), launch.world_size, launch.global_rank, opt.seed),
+        // TODO(step1): wrap the model: rank 0's weights are broadcast, backward() averages gradients.
+        model_(workload_.make_model(device), pg, ddp::ddp_options(opt)),
 
         loader_(workload_.train, sampler_, opt.batch_size, device),
-
-        // DDP: rank 0's weights are broadcast, backward() averages the gradients
-        model_(workload_.make_model(device), pg_, ddp::ddp_options(opt)),
-
         optimizer_(workload_.make_optimizer(plain_model())),
-        reporter_(opt, workload_, device, pg_.get(), global_rank_, world_size_, launch.local_world_size, threads) {
-    // TODO(step3): on several nodes the local rank repeats: name both, e.g. "[RANK 3: local GPU 1]".
-    tag_ = std::string(device.is_cuda() ? "[GPU" : "[CPU") + std::to_string(local_rank_) + "]";
-
-    if (opt.fresh) return;
-    if (auto state = ddp::load_snapshot(opt.snapshot_path, plain_model(), *optimizer_, world_size_)) {
+        stop_(pg.get()),
+        reporter_(opt, launch, device, workload_, pg.get()) {
+    if (auto state = ddp::load_snapshot(opt, plain_model(), *optimizer_, launch.world_size)) {
       epochs_run_ = state->epochs_run;
       first_step_ = state->step_in_epoch;
-      std::printf("%s Resuming training from snapshot %s at epoch %lld, step %lld\n", tag_.c_str(),
-                  opt.snapshot_path.c_str(), static_cast<long long>(epochs_run_), static_cast<long long>(first_step_));
+      reporter_.print("Resuming training from snapshot {} at epoch {}, step {}", opt.snapshot_path, epochs_run_,
+                      first_step_);
     }
   }
 
-  // Returns the exit code: 0 when all epochs ran, kExitRequeue when a signal stopped training.
-  int train() {
+  int train() {  // the exit code: 0 when all epochs ran, kExitRequeue when a signal stopped training
     for (int64_t epoch = epochs_run_; epoch < opt_.total_epochs; ++epoch) {
       if (!run_epoch(epoch)) return ddp::kExitRequeue;
       if ((epoch + 1) % opt_.save_every == 0 || epoch + 1 == opt_.total_epochs) save(epoch + 1, 0);
     }
-    reporter_.end_training(plain_model(), tag_);
+    reporter_.end_training(plain_model());
     return ddp::kExitOk;
   }
 
  private:
-  // the plain model inside the wrapper: snapshots hold its state, so they load without DDP
+  // TODO(step1): the plain model inside the wrapper: snapshots hold its state, so they load without DDP.
   ddp::Model& plain_model() { return *model_.module(); }
 
-  double run_batch(const ddp::Batch& batch) {
+  torch::Tensor run_batch(const ddp::Batch& batch) {
     optimizer_->zero_grad();
     auto loss = workload_.loss(model_->forward(batch.input), batch.target);
     loss.backward();
     optimizer_->step();
-    return loss.item<double>();
+    return loss;
   }
 
-  // Returns false when a stop was requested: the snapshot is then written at this very step.
-  bool run_epoch(int64_t epoch) {
+  bool run_epoch(int64_t epoch) {  // false when a signal stopped it: the snapshot is then of this step
     sampler_.set_epoch(epoch);  // a new shuffle every epoch, the same for the same seed
     ddp::set_learning_rate(*optimizer_, workload_.learning_rate(epoch));
-    std::printf("%s Epoch %lld | Batchsize: %lld | Steps: %lld\n", tag_.c_str(), static_cast<long long>(epoch),
-                static_cast<long long>(opt_.batch_size), static_cast<long long>(loader_.steps()));
-    std::fflush(stdout);
-    ddp::Progress progress(tag_, loader_.steps(), opt_.batch_size, opt_.log_every);
-    const auto start = std::chrono::steady_clock::now();
-    double loss_sum = 0;
-    int64_t batches = 0, samples = 0;
+    auto log = reporter_.begin_epoch(epoch, loader_, first_step_);
     for (int64_t step = first_step_; step < loader_.steps(); ++step) {
-      if (ddp::any_rank(pg_.get(), ddp::stop_requested())) {
-        std::printf("%s Stopping at epoch %lld, step %lld (%s)\n", tag_.c_str(), static_cast<long long>(epoch),
-                    static_cast<long long>(step), ddp::stop_reason());
+      if (stop_.should_stop()) {  // SIGTERM or SIGUSR1: every rank stops at this same step
+        reporter_.print("Stopping at epoch {}, step {} ({})", epoch, step, ddp::stop_reason());
         save(epoch, step);
         return false;
       }
       const ddp::Batch batch = loader_.batch(step);
-      loss_sum += run_batch(batch);
-      ++batches;
-      samples += batch.input.size(0);
-      progress.update(step + 1, loss_sum / static_cast<double>(batches));
+      log.add(batch, run_batch(batch));  // the loss stays on the device: nothing waits for it
     }
-    progress.finish();
     first_step_ = 0;
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    reporter_.end_epoch(epoch, loss_sum, batches, samples, seconds, loader_.take_load_seconds(), plain_model());
+    reporter_.end_epoch(log, plain_model());
     return true;
   }
 
-  void save(int64_t epochs_run, int64_t step_in_epoch) {
-    // every rank holds the same weights: only global rank 0 writes
-    if (global_rank_ != 0) return;
+  void save(int64_t epochs_run, int64_t step) {
+    // TODO(step1): every rank holds the same weights: only global rank 0 writes.
+    if (launch_.global_rank != 0) return;
 
-    const ddp::TrainingState state{epochs_run, step_in_epoch, opt_.seed, world_size_};
-    ddp::save_snapshot(opt_.snapshot_path, plain_model(), *optimizer_, state);
-    std::printf("%s Training snapshot saved at %s (%lld epochs run, step %lld)\n", tag_.c_str(),
-                opt_.snapshot_path.c_str(), static_cast<long long>(epochs_run), static_cast<long long>(step_in_epoch));
-    std::fflush(stdout);
+    ddp::save_snapshot(opt_, plain_model(), *optimizer_, {epochs_run, step, launch_.world_size});
+    reporter_.print("Training snapshot saved at {} ({} epochs run, step {})", opt_.snapshot_path, epochs_run, step);
   }
 
   const ddp::Options& opt_;
-  torch::Device device_;
-  std::shared_ptr<ddp::ProcessGroup> pg_;
-  int local_rank_, global_rank_, world_size_;
+  const ddp::LaunchEnv launch_;
   ddp::Workload workload_;
   ddp::DistributedSampler sampler_;
-  ddp::Loader loader_;
-
-  // the model lives inside DistributedDataParallel
+  // TODO(step1): the model lives inside DistributedDataParallel.
   ddp::DistributedDataParallel<ddp::Model> model_;
 
+  ddp::Loader loader_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
+  ddp::StopAgreement stop_;
   ddp::EpochReporter reporter_;
-  std::string tag_;
   int64_t epochs_run_ = 0, first_step_ = 0;
 };
 
-// One worker: join the others, then train. The launcher says who it is in the environment
-// (srun: SLURM_PROCID, SLURM_LOCALID, SLURM_NTASKS; torchrun: RANK, LOCAL_RANK, WORLD_SIZE;
-// mpirun: OMPI_COMM_WORLD_*).
+// TODO(step2): the launcher says who each worker is: torchrun sets RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR,
+//   MASTER_PORT (its docs); mpirun OMPI_COMM_WORLD_RANK, _LOCAL_RANK, _SIZE (man mpirun). Hint: ddp::env.
 int worker(const ddp::Options& opt) {
   ddp::install_stop_signal_handlers();
-  const ddp::LaunchEnv launch = ddp::resolve_launch_env(ddp::current_environment(), ddp::launch_overrides(opt));
+  ddp::LaunchValues me;  // who am I: what the launcher says (no launcher: rank 0 of 1)
+  if (ddp::env("RANK")) {  // torchrun
+    me.global_rank = ddp::env_int("RANK");
+    me.local_rank = ddp::env_int("LOCAL_RANK");
+    me.world_size = ddp::env_int("WORLD_SIZE");
+  } else if (ddp::env("OMPI_COMM_WORLD_RANK")) {  // OpenMPI's mpirun
+    me.global_rank = ddp::env_int("OMPI_COMM_WORLD_RANK");
+    me.local_rank = ddp::env_int("OMPI_COMM_WORLD_LOCAL_RANK");
+    me.world_size = ddp::env_int("OMPI_COMM_WORLD_SIZE");
+  }
+  me.master_addr = ddp::env("MASTER_ADDR");
+  me.master_port = ddp::env_int("MASTER_PORT");
+  // TODO(step3): under srun: SLURM_PROCID, SLURM_LOCALID, SLURM_NTASKS (man srun, "OUTPUT ENVIRONMENT
+  //   VARIABLES"); rank 0 runs on the first node of SLURM_JOB_NODELIST; SLURM_JOB_ID gives the port.
 
-  // TODO(step3): every rank meets rank 0 at the master address: under srun the first node of the
-  //   job's nodelist (SLURM_JOB_NODELIST), where Slurm starts rank 0. Rank 0 says where it runs and
-  //   what the others will reach before anyone waits, so a start-up hang names the host.
-  //   Hint: ddp::host_name(), ddp::describe(launch).
-
+  const ddp::LaunchEnv launch = ddp::check_launch(me, opt);
   const torch::Device device = ddp::choose_device(opt.device, launch.local_rank, launch.local_world_size);
-  const int threads = ddp::choose_threads(opt.threads, launch.local_world_size);
-  torch::set_num_threads(threads);
-  // the process group (Gloo on CPU, NCCL on GPUs), joined after the device is chosen
+  const int threads = ddp::configure_compute(opt, launch);
+  // TODO(step1): join the process group (Gloo on CPU, NCCL on GPUs), after the device is chosen.
   auto pg = ddp::init_process_group(launch, device, ddp::process_group_options(opt));
 
   ddp::print_settings(opt, launch, device, threads, launch.global_rank);
-  ddp::print_rank_table(pg.get(), launch, device);
-  Trainer trainer(opt, launch, device, pg, threads);
+  ddp::print_rank_table(pg.get(), launch, device);  // each rank's host, local rank and device
+  Trainer trainer(opt, launch, device, pg);
   return trainer.train();
 }
 
 int main(int argc, char** argv) {
-  const ddp::Options opt = ddp::parse_options(argc, argv, "Step 3: several nodes, one task per device, started by srun",
-                                              ddp::kTrainingOptions | ddp::kDistributedOptions);
+  // TODO(step2): the launcher starts one process per device: no spawn, no --nproc (kSpawnOptions).
+  const ddp::Options opt = ddp::parse_options(argc, argv, ddp::kTrainingOptions | ddp::kDistributedOptions);
   return ddp::run_main([&] { return worker(opt); });
 }

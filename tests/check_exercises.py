@@ -1,12 +1,17 @@
 #!/usr/bin/env python3
-"""Every exercise differs from its solution only inside TODO(stepN) blocks, and by little.
+"""The exercises and solutions form one chain, checked link by link.
 
-A TODO(stepN) block is a comment that starts with `TODO(stepN)` (N = the step), its
-continuation comment lines, and the code right below it, up to the first blank line or the end
-of the enclosing block (the first line indented less than the TODO comment), whichever comes
-first. Both files keep the TODO comments, so `diff -u stepN_x/main.cpp solutions/stepN_x/main.cpp`
-shows only the answers. Reported per step: changed lines (removed + added; the target is at most
-MAX_CHANGED_LINES) and the length of `diff -u`, which adds headers and context lines.
+1. Every exercise differs from its solution only inside TODO(stepN) blocks, and by little.
+   A TODO(stepN) block is a comment that starts with `TODO(stepN)` (N = the step), its
+   continuation comment lines, and the code right below it, up to the first blank line or the end
+   of the enclosing block (the first line indented less than the TODO comment), whichever comes
+   first. Both files keep the TODO comments, so `diff -u stepN_x/main.cpp solutions/stepN_x/main.cpp`
+   shows only the answers. Reported per step: changed lines (removed + added; the target is at most
+   MAX_CHANGED_LINES) and the length of `diff -u`, which adds headers and context lines.
+2. Exercise N is solution N-1 (for N = 1: step 0, the starting program) plus step N's TODO blocks:
+   the two differ only in the header comment, the includes, lines inside TODO(stepN) blocks of the
+   exercise, and blank lines. So a plumbing edit made in one copy only is caught: change the
+   library, or change every copy of the chain in the same way.
 """
 import difflib
 import pathlib
@@ -75,6 +80,49 @@ def check(root, folder):
     return problems
 
 
+def header_lines(lines):
+    """Indices of the leading comment, the includes and the blank lines among them."""
+    marked = set()
+    for i, line in enumerate(lines):
+        stripped = line.strip()
+        if stripped and not stripped.startswith("//") and not stripped.startswith("#include"):
+            break
+        marked.add(i)
+    return marked
+
+
+def check_chain(root, previous_rel, folder):
+    """Exercise N against solution N-1: only the header, includes, TODO(stepN) blocks, blank lines."""
+    step = re.match(r"(step\d+)", folder).group(1)
+    exercise_rel = f"{folder}/main.cpp"
+    previous_path, exercise_path = root / previous_rel, root / exercise_rel
+    if not previous_path.exists():
+        return [f"{exercise_rel}: {previous_rel} is missing: the chain cannot be checked"]
+    previous, exercise = previous_path.read_text().splitlines(), exercise_path.read_text().splitlines()
+    in_todo, head_ex, head_prev = todo_lines(exercise, step), header_lines(exercise), header_lines(previous)
+    problems, changed = [], 0
+    matcher = difflib.SequenceMatcher(a=previous, b=exercise, autojunk=False)
+    for tag, a0, a1, b0, b1 in matcher.get_opcodes():
+        if tag == "equal":
+            continue
+        added = [j for j in range(b0, b1) if exercise[j].strip() and j not in head_ex]
+        removed = [i for i in range(a0, a1) if previous[i].strip() and i not in head_prev]
+        changed += len(added) + len(removed)
+        for j in added:
+            if j not in in_todo:
+                problems.append(f"{exercise_rel}:{j + 1}: differs from {previous_rel} outside the header, the includes "
+                                f"and the TODO({step}) blocks: {exercise[j].strip()}")
+        # A line of solution N-1 may go only where the exercise has a TODO(stepN) block instead.
+        inside_block = any(j in in_todo for j in range(b0, b1)) or (b0 == b1 and b0 - 1 in in_todo)
+        for i in removed:
+            if not inside_block:
+                problems.append(f"{previous_rel}:{i + 1}: missing from {exercise_rel} outside its TODO({step}) "
+                                f"blocks: {previous[i].strip()}")
+    print(f"{previous_rel} -> {exercise_rel}: {'FAILED' if problems else 'ok'}: {changed} changed lines"
+          + ("" if problems else f" besides the header and includes, all in TODO({step}) blocks"))
+    return problems
+
+
 def main():
     root = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else pathlib.Path(__file__).resolve().parent.parent)
     folders = sorted(p.parent.name for p in (root / "solutions").glob("step*/main.cpp"))
@@ -82,6 +130,11 @@ def main():
         print("no solutions found")
         return 1
     problems = [p for f in folders for p in check(root, f)]
+    # The chain: step 0 (the starting program) -> exercise 1, solution 1 -> exercise 2, ...
+    steps = sorted(p.parent.name for p in root.glob("step*/main.cpp"))
+    for previous, folder in zip(steps, steps[1:]):
+        previous_rel = f"{previous}/main.cpp" if previous.startswith("step0") else f"solutions/{previous}/main.cpp"
+        problems += check_chain(root, previous_rel, folder)
     for p in problems:
         print(p)
     return 1 if problems else 0

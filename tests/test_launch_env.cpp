@@ -1,8 +1,12 @@
-// "Who am I": the launch-environment table for torchrun, OpenMPI, Slurm, mixtures and bad input.
+// "Who am I": the launch-environment table for torchrun, OpenMPI, Slurm, mixtures and bad input;
+// check_launch, which checks what a step program read against it; errors that name the rank.
 #include <gtest/gtest.h>
+#include <stdlib.h>
+#include <unistd.h>
 
 #include "ddp/error.h"
 #include "ddp/launch_env.h"
+#include "ddp/options.h"
 
 using ddp::EnvMap;
 using ddp::resolve_launch_env;
@@ -202,4 +206,167 @@ TEST(LaunchEnv, InconsistentInputIsAClearError) {
       EXPECT_FALSE(e.hint().empty()) << e.what();  // every error says how to fix it
     }
   }
+}
+
+// ---- check_launch: what a step program read from its launcher, checked against the library's view.
+
+namespace {
+
+// Sets variables for one test and removes them (and the error prefix) afterwards; the test
+// process starts from a clean launcher environment.
+class ScopedEnvironment {
+ public:
+  explicit ScopedEnvironment(const EnvMap& vars) : vars_(vars) {
+    for (const char* name : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+                             "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "SLURM_PROCID",
+                             "SLURM_STEP_ID", "SLURM_STEPID", "SLURM_NTASKS", "SLURM_JOB_ID", "DDPW_SPAWN_RANK"})
+      ::unsetenv(name);
+    for (const auto& [name, value] : vars_) ::setenv(name.c_str(), value.c_str(), 1);
+  }
+  ~ScopedEnvironment() {
+    for (const auto& [name, value] : vars_) ::unsetenv(name.c_str());
+    ddp::set_error_prefix("");
+  }
+
+ private:
+  EnvMap vars_;
+};
+
+ddp::Options program(const std::string& name, const std::string& kind) {
+  ddp::Options o;
+  o.program.name = name;
+  o.program.kind = kind;
+  o.program.step = name[4] - '0';
+  return o;
+}
+
+std::string error_of(const ddp::LaunchValues& me, const ddp::Options& o) {
+  try {
+    ddp::check_launch(me, o);
+  } catch (const ddp::Error& e) {
+    return std::string(e.what()) + " (fix: " + e.hint() + ")";
+  }
+  return "no error";
+}
+
+}  // namespace
+
+TEST(CheckLaunch, NothingReadAndNoLauncherIsOneProcess) {
+  ScopedEnvironment env({});
+  const auto l = ddp::check_launch({}, program("step0_single_gpu", "program"));
+  EXPECT_EQ(l.global_rank, 0);
+  EXPECT_EQ(l.world_size, 1);
+  EXPECT_EQ(l.launcher, "none");
+}
+
+TEST(CheckLaunch, ValuesReadFromTorchrunAreCompleted) {
+  ScopedEnvironment env({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "2"},
+                         {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "29411"}});
+  ddp::LaunchValues me;  // what step 2's solution reads
+  me.global_rank = ddp::env_int("RANK");
+  me.local_rank = ddp::env_int("LOCAL_RANK");
+  me.world_size = ddp::env_int("WORLD_SIZE");
+  me.master_addr = ddp::env("MASTER_ADDR");
+  me.master_port = ddp::env_int("MASTER_PORT");
+  const auto l = ddp::check_launch(me, program("step2_env_launch", "solution"));
+  EXPECT_EQ(l.launcher, "torchrun");
+  EXPECT_EQ(l.global_rank, 1);
+  EXPECT_EQ(l.local_rank, 1);
+  EXPECT_EQ(l.local_world_size, 2);  // not read: the launcher's
+  EXPECT_EQ(l.master_port, 29411);
+}
+
+TEST(CheckLaunch, AWrongVariableIsNamed) {
+  ScopedEnvironment env({{"RANK", "3"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "2"},
+                         {"MASTER_ADDR", "n1"}, {"MASTER_PORT", "29411"}});
+  ddp::LaunchValues me;
+  me.global_rank = 3;
+  me.world_size = 4;
+  me.local_rank = 3;  // the global rank by mistake: rank 3 would take GPU 3 of a 2-GPU node
+  const std::string error = error_of(me, program("step2_env_launch", "exercise"));
+  EXPECT_NE(error.find("read local rank 3, but torchrun says 1 (LOCAL_RANK)"), std::string::npos) << error;
+  EXPECT_NE(error.find("fix: read local rank from LOCAL_RANK"), std::string::npos) << error;
+}
+
+TEST(CheckLaunch, AnExerciseThatReadsNothingUnderALauncherNamesItsTodo) {
+  ScopedEnvironment env({{"SLURM_PROCID", "1"}, {"SLURM_STEP_ID", "0"}, {"SLURM_NTASKS", "2"},
+                         {"SLURM_JOB_NODELIST", "n[1-2]"}, {"SLURM_JOB_ID", "77"}});
+  const std::string error = error_of({}, program("step3_multinode_slurm", "exercise"));
+  EXPECT_NE(error.find("slurm started step3_multinode_slurm (exercise) as rank 1 of 2, but the program read no rank"),
+            std::string::npos) << error;
+  EXPECT_NE(error.find("complete TODO(step3) in step3_multinode_slurm/main.cpp"), std::string::npos) << error;
+}
+
+TEST(CheckLaunch, StepTwoUnderSrunPointsToStepThree) {
+  ScopedEnvironment env({{"SLURM_PROCID", "0"}, {"SLURM_STEP_ID", "0"}, {"SLURM_NTASKS", "2"},
+                         {"SLURM_JOB_NODELIST", "n[1-2]"}});
+  const std::string error = error_of({}, program("step2_env_launch", "solution"));
+  EXPECT_NE(error.find("run step3_multinode_slurm under srun"), std::string::npos) << error;
+}
+
+TEST(CheckLaunch, TheBatchShellIsNotAnSrunTask) {
+  // SLURM_PROCID=0 and SLURM_NTASKS=4 in the batch script itself: a program run there without
+  // srun is one process, whatever the variables suggest; it must not wait for 3 others.
+  ScopedEnvironment env({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "4"}, {"SLURM_JOB_NODELIST", "n[1-2]"}});
+  ddp::LaunchValues me;
+  me.global_rank = 0;
+  me.world_size = 4;
+  const std::string error = error_of(me, program("step3_multinode_slurm", "solution"));
+  EXPECT_NE(error.find("read world size 4, but no launcher started it as one of several ranks"), std::string::npos)
+      << error;
+  EXPECT_NE(error.find("Start the program with srun"), std::string::npos) << error;
+}
+
+TEST(CheckLaunch, ASpawnedWorkerKeepsTheRankItWasGiven) {
+  // Step 1 inside a one-task srun step: the parent's SLURM_* say nothing about the workers.
+  ScopedEnvironment env({{"DDPW_SPAWN_RANK", "1"}, {"SLURM_PROCID", "0"}, {"SLURM_STEP_ID", "0"},
+                         {"SLURM_NTASKS", "1"}, {"SLURM_JOB_NODELIST", "n1"}});
+  ddp::LaunchValues me;
+  me.global_rank = me.local_rank = 1;
+  me.world_size = me.local_world_size = 2;
+  me.master_addr = "localhost";
+  auto o = program("step1_multigpu_fork", "solution");
+  o.master_port = 12355;
+  const auto l = ddp::check_launch(me, o);
+  EXPECT_EQ(l.launcher, "options");
+  EXPECT_EQ(l.global_rank, 1);
+  EXPECT_EQ(l.world_size, 2);
+  EXPECT_EQ(l.master_addr, "localhost");
+  EXPECT_EQ(l.master_port, 12355);
+}
+
+TEST(CheckLaunch, ErrorsAfterItNameTheRankAndHost) {
+  ScopedEnvironment env({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "29411"}});
+  ddp::LaunchValues me;
+  me.global_rank = 1;
+  me.world_size = 2;
+  char host[256] = {0};
+  ::gethostname(host, sizeof host - 1);
+  ::testing::internal::CaptureStderr();
+  const int rc = ddp::run_main([&] {
+    ddp::check_launch(me, program("step2_env_launch", "solution"));
+    throw ddp::Error("snapshot 's.pt' is corrupt", "use --fresh");
+    return 0;
+  });
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(rc, ddp::kExitError);
+  EXPECT_EQ(err, "[rank 1 @ " + std::string(host) + "] error: snapshot 's.pt' is corrupt (fix: use --fresh)\n");
+}
+
+TEST(LaunchEnvHelpers, EnvAndEnvInt) {
+  ScopedEnvironment env({{"RANK", "12"}, {"WORLD_SIZE", "x1"}, {"MASTER_ADDR", ""}});
+  EXPECT_EQ(ddp::env_int("RANK"), 12);
+  EXPECT_EQ(ddp::env("MASTER_ADDR"), std::nullopt);  // empty counts as unset
+  EXPECT_EQ(ddp::env_int("LOCAL_RANK"), std::nullopt);
+  try {
+    ddp::env_int("WORLD_SIZE");
+    ADD_FAILURE() << "accepted WORLD_SIZE=x1";
+  } catch (const ddp::Error& e) {
+    EXPECT_STREQ(e.what(), "WORLD_SIZE='x1' is not a whole number");
+  }
+}
+
+TEST(LaunchEnvHelpers, JobPortIsTheBatchScriptsRule) {
+  EXPECT_EQ(ddp::job_port(12345), 32345);  // 20000 + 12345 % 20000, as clusters/common.sh's ddpw_job_port
+  EXPECT_EQ(ddp::job_port(40001), 20001);
 }

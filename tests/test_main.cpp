@@ -1,6 +1,6 @@
-// main() of torch_tests. A rank that run_ranks() (multiprocess.h) started re-runs this binary with
-// the parent's arguments; its filter is narrowed to the one test that started it, so it does not
-// run the other tests the parent's filter matches.
+// main() of torch_tests and gpu_tests. A rank that run_ranks() (multiprocess.h) started re-runs
+// this binary with the parent's arguments; its filter is narrowed to the one test that started it,
+// so it does not run the other tests the parent's filter matches.
 #include <gtest/gtest.h>
 
 #include <cstdlib>

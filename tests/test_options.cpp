@@ -2,8 +2,11 @@
 // dataset-dependent batch size, ranges and non-numbers, --device forms, the per-step distributed
 // options, and the start-up check that the snapshot and metrics files can be written.
 // A bad value exits 2 with one line naming the option and the fix: death tests check that line.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <stdlib.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -151,11 +154,37 @@ TEST_F(OptionsTest, UnknownDatasetAndMissingSaveEvery) {
   EXPECT_EXIT(parse({"5"}), ExitedWithCode(2), "save_every is required");
 }
 
-TEST_F(OptionsTest, ASpawningProgramMeetsOnThisNodeAtPort12355) {
+// The cluster scripts pass their defaults first (--device cuda, --snapshot ...) and the user's
+// arguments after them: the last value of an option wins.
+TEST_F(OptionsTest, TheLastValueOfAnOptionWins) {
+  const auto o = parse({"5", "1", "--device", "cuda", "--snapshot", "a.pt", "--device", "cpu", "--snapshot", "b.pt"});
+  EXPECT_EQ(o.device, "cpu");
+  EXPECT_EQ(o.snapshot_path, "b.pt");
+}
+
+// Upstream's fixed 12355 made two step-1 jobs on one node fail (one "port in use", the other's
+// worker joining the first job's group): the default is a free port, bound and listening from the
+// moment it is chosen, so no other process can take it before rank 0 serves on it.
+TEST_F(OptionsTest, ASpawningProgramMeetsOnThisNodeAtAFreePortItHolds) {
   const unsigned step1 = ddp::kTrainingOptions | ddp::kDistributedOptions | ddp::kSpawnOptions;
   const unsigned step2 = ddp::kTrainingOptions | ddp::kDistributedOptions;
-  EXPECT_EQ(parse({"5", "1"}, step1).master_port, ddp::kSpawnMasterPort);
+  const int port = parse({"5", "1"}, step1).master_port;
+  EXPECT_GT(port, 0);
+  EXPECT_EQ(parse({"5", "1"}, step1).master_port, port);  // chosen once per process
+  const int other = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  EXPECT_EQ(::connect(other, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0) << "nothing listens on " << port;
+  ::close(other);
   EXPECT_EQ(parse({"5", "1", "--master-port", "29511"}, step1).master_port, 29511);
+  // A worker that spawn() started meets at the port its parent chose.
+  ::setenv("DDPW_SPAWN_RANK", "1", 1);
+  ::setenv("DDPW_SPAWN_MASTER_PORT", "4242", 1);
+  EXPECT_EQ(parse({"5", "1"}, step1).master_port, 4242);
+  ::unsetenv("DDPW_SPAWN_RANK");
+  ::unsetenv("DDPW_SPAWN_MASTER_PORT");
   EXPECT_EQ(parse({"5", "1"}, step1).nproc, 2);
   EXPECT_EQ(parse({"5", "1"}, step2).master_port, 0);
   EXPECT_EQ(parse({"5", "1", "--master-addr", "n1"}, step2).master_addr, "n1");
@@ -176,8 +205,8 @@ void help_to_stderr(unsigned groups) {
 TEST_F(OptionsTest, HelpStatesEachStepsDefaults) {
   const unsigned step1 = ddp::kTrainingOptions | ddp::kDistributedOptions | ddp::kSpawnOptions;
   const unsigned step2 = ddp::kTrainingOptions | ddp::kDistributedOptions;
-  EXPECT_EXIT(help_to_stderr(step1), ExitedWithCode(0), "--master-port INT:INT in \\[1 - 65535\\]=12355");
-  EXPECT_EXIT(help_to_stderr(step1), ExitedWithCode(0), "Rendezvous port on this node");
+  EXPECT_EXIT(help_to_stderr(step1), ExitedWithCode(0), "--master-port INT:INT in \\[1 - 65535\\][^=]");  // no "=0"
+  EXPECT_EXIT(help_to_stderr(step1), ExitedWithCode(0), "Rendezvous port on this node \\(default: a free port, chosen at start\\)");
   EXPECT_EXIT(help_to_stderr(step2), ExitedWithCode(0), "Rendezvous port \\(default: from the launcher\\)");
   EXPECT_EXIT(help_to_stderr(step2), ExitedWithCode(0),
               "Samples per step on each rank \\(default: 32 synthetic, 64 mnist/fashion-mnist\\)");

@@ -1,13 +1,24 @@
 // The process group when a peer dies: an error this rank can report, never a silent death by
 // signal. (The fault tests kill real ranks under real launchers; this is the library's part.)
+// Rank 0 keeps the store it serves until the others have left. The host wait of NCCL's synchronous
+// calls (polling, failures, timeout, a stop request) and the one message shape of collective
+// failures, tested with works a CPU can make.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <torch/torch.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <thread>
 
 #include "ddp/error.h"
+#include "ddp/process_group.h"
+#include "ddp/stop_signal.h"
 #include "multiprocess.h"
 
 namespace {
@@ -43,3 +54,203 @@ TEST(ProcessGroup, APeerThatDiesIsAnErrorNotSigpipe) {
 }
 
 }  // namespace
+
+namespace {
+
+// A TCP port nobody listens on now.
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof address;
+  ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
+  ::close(fd);
+  return ntohs(address.sin_port);
+}
+
+}  // namespace
+
+// Rank 0's TCPStore serves the others: rank 0 must not take it away (by leaving) while a peer
+// still reads it. Without the departure wait, rank 1's read meets a closed server.
+TEST(ProcessGroup, RankZeroServesTheStoreUntilEveryPeerHasLeft) {
+  if (!ddp::is_spawned_worker()) ::setenv("DDPW_TEST_PORT", std::to_string(free_port()).c_str(), 1);
+  EXPECT_EQ(ddp_test::run_processes(2,
+                                    [](int rank, const ddp::LaunchEnv& through_file) {
+                                      ddp::LaunchEnv launch = through_file;
+                                      launch.init_method.clear();  // a TCPStore, served by rank 0
+                                      launch.launcher = "options";
+                                      launch.master_addr = "127.0.0.1";
+                                      launch.master_port = std::atoi(::getenv("DDPW_TEST_PORT"));
+                                      ddp::ProcessGroupOptions options;
+                                      options.join_backend = false;  // the store alone
+                                      options.rendezvous_timeout = options.collective_timeout = std::chrono::seconds(20);
+                                      auto pg = ddp::init_process_group(launch, torch::Device(torch::kCPU), options);
+                                      pg->all_gather_strings("here");
+                                      if (rank == 0) return 0;  // leaves at once
+                                      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+                                      try {
+                                        const auto bytes = pg->store().get("ddpw/gather/0/0");
+                                        return std::string(bytes.begin(), bytes.end()) == "here" ? 0 : 1;
+                                      } catch (const std::exception& e) {
+                                        std::fprintf(stderr, "rank 1: the store is gone: %s\n", e.what());
+                                        return 1;
+                                      }
+                                    }),
+            0);
+}
+
+// ---- the host wait (NCCL's synchronous calls use it; here with works a CPU can make) ----------
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+// A work that completes at a given time (or never).
+class FakeWork : public c10d::Work {
+ public:
+  explicit FakeWork(milliseconds after) : done_at_(Clock::now() + after) {}
+  static c10::intrusive_ptr<FakeWork> never() { return c10::make_intrusive<FakeWork>(milliseconds(1000000000)); }
+  bool isCompleted() override { return Clock::now() >= done_at_; }
+
+ private:
+  Clock::time_point done_at_;
+};
+
+ddp::HostWaitPolicy policy(milliseconds timeout, milliseconds stop_grace = std::chrono::seconds(20)) {
+  ddp::HostWaitPolicy p;
+  p.timeout = timeout;
+  p.stop_grace = stop_grace;
+  return p;
+}
+
+}  // namespace
+
+TEST(HostWait, ReturnsWhenTheWorkCompletes) {
+  auto work = c10::make_intrusive<FakeWork>(milliseconds(50));
+  const auto r = ddp::wait_for_work(*work, policy(std::chrono::seconds(10)));
+  EXPECT_EQ(r.end, ddp::HostWaitEnd::kCompleted);
+  EXPECT_GE(r.waited_s, 0.05);
+  EXPECT_LT(r.waited_s, 1.0);  // polls sleep at most 1 ms
+}
+
+TEST(HostWait, GivesUpAtTheTimeout) {
+  const auto r = ddp::wait_for_work(*FakeWork::never(), policy(milliseconds(200)));
+  EXPECT_EQ(r.end, ddp::HostWaitEnd::kTimedOut);
+  EXPECT_GE(r.waited_s, 0.2);
+  EXPECT_LT(r.waited_s, 2.0);
+  EXPECT_NE(r.why.find("collective timeout"), std::string::npos) << r.why;
+}
+
+// The backend's verdict or a peer's published failure ends the wait at once, with its words.
+TEST(HostWait, AReportedFailureEndsTheWaitAtOnce) {
+  auto p = policy(std::chrono::seconds(30));
+  int asked = 0;
+  p.failure = [&] { return ++asked < 3 ? std::string() : std::string("rank 1: allreduce failed: boom"); };
+  p.failure_period = milliseconds(10);
+  const auto r = ddp::wait_for_work(*FakeWork::never(), p);
+  EXPECT_EQ(r.end, ddp::HostWaitEnd::kFailed);
+  EXPECT_EQ(r.why, "rank 1: allreduce failed: boom");
+  EXPECT_EQ(asked, 3);
+  EXPECT_LT(r.waited_s, 1.0);
+}
+
+// A stop request while a collective is stuck: the wait gives it the grace, then gives up, long
+// before the collective timeout (a preemption does not wait for it).
+TEST(HostWait, AStopRequestGivesAStuckCollectiveOnlyTheGrace) {
+  auto p = policy(std::chrono::seconds(60), milliseconds(300));
+  const auto asked_at = Clock::now() + milliseconds(100);
+  p.stop_requested = [&] { return Clock::now() >= asked_at; };
+  const auto r = ddp::wait_for_work(*FakeWork::never(), p);
+  EXPECT_EQ(r.end, ddp::HostWaitEnd::kStopGraceOver);
+  EXPECT_GE(r.waited_s, 0.4);
+  EXPECT_LT(r.waited_s, 3.0);
+  EXPECT_NE(r.why.find("no snapshot can be written now"), std::string::npos) << r.why;
+}
+
+// ...but a collective that completes within the grace completes: the caller then stops and
+// snapshots at the agreed step.
+TEST(HostWait, AStopRequestLetsACollectiveFinishWithinTheGrace) {
+  auto p = policy(std::chrono::seconds(60), std::chrono::seconds(5));
+  p.stop_requested = [] { return true; };
+  auto work = c10::make_intrusive<FakeWork>(milliseconds(200));
+  EXPECT_EQ(ddp::wait_for_work(*work, p).end, ddp::HostWaitEnd::kCompleted);
+}
+
+TEST(CollectiveError, OneMessageShapeForEveryBackend) {
+  const ddp::Error e = ddp::collective_error("stop agreement", 1, 4, 2.04, 600, "NCCL error: remote process exited");
+  EXPECT_STREQ(e.what(),
+               "stop agreement failed on rank 1 of 4 after waiting 2.0 s (timeout 600.0 s): "
+               "NCCL error: remote process exited");
+  EXPECT_NE(e.hint().find("--collective-timeout"), std::string::npos) << e.hint();
+  EXPECT_EQ(ddp::collective_error("x", 0, 2, 0, 1, "y", "my hint").hint(), "my hint");
+}
+
+TEST(ProcessGroupBackend, AutoIsNcclOnCudaAndGlooOnTheCpu) {
+  EXPECT_EQ(ddp::resolve_backend("auto", torch::Device(torch::kCPU)), "gloo");
+  EXPECT_EQ(ddp::resolve_backend("auto", torch::Device(torch::kCUDA, 0)), "nccl");
+  EXPECT_EQ(ddp::resolve_backend("gloo", torch::Device(torch::kCUDA, 0)), "gloo");  // two ranks may share a GPU
+}
+
+// The host wait on a real collective: rank 1 joins late; rank 0's wait sees it complete with the
+// right sum.
+TEST(HostWait, WaitsForAGlooCollectiveThatCompletesLate) {
+  EXPECT_EQ(ddp_test::run_ranks(2,
+                                [](int rank, auto pg) {
+                                  if (rank == 1) std::this_thread::sleep_for(milliseconds(300));
+                                  auto t = torch::full({4}, rank + 1.0);
+                                  std::vector<torch::Tensor> tensors{t};
+                                  const auto start = Clock::now();
+                                  pg->wait_on_host(pg->allreduce_sum_async(tensors), "late allreduce");
+                                  const double waited = std::chrono::duration<double>(Clock::now() - start).count();
+                                  std::printf("rank %d waited %.3f s\n", rank, waited);
+                                  return torch::equal(t, torch::full({4}, 3.0)) && (rank == 1 || waited > 0.2) ? 0 : 1;
+                                }),
+            0);
+}
+
+// SIGTERM while a collective is stuck (rank 1 is late by far more than the grace): rank 0 stops
+// waiting after the grace, with the collective's message shape and a hint about the snapshot.
+TEST(HostWait, SigtermDuringAStuckGlooCollectiveEndsTheWaitAfterTheGrace) {
+  ddp_test::RankSetup setup;
+  setup.stop_grace = milliseconds(500);
+  setup.timeout = std::chrono::seconds(30);
+  EXPECT_EQ(ddp_test::run_ranks(setup,
+                                [](int rank, auto pg) {
+                                  auto t = torch::ones({4});
+                                  std::vector<torch::Tensor> tensors{t};
+                                  if (rank == 1) {  // late, then finds its peer gone: an error is fine
+                                    std::this_thread::sleep_for(std::chrono::seconds(4));
+                                    try {
+                                      pg->wait(pg->allreduce_sum_async(tensors), "late allreduce");
+                                    } catch (const ddp::Error&) {
+                                    }
+                                    return 0;
+                                  }
+                                  ddp::install_stop_signal_handlers();
+                                  auto work = pg->allreduce_sum_async(tensors);
+                                  std::thread([] {
+                                    std::this_thread::sleep_for(milliseconds(200));
+                                    ::kill(::getpid(), SIGTERM);
+                                  }).detach();
+                                  const auto start = Clock::now();
+                                  try {
+                                    pg->wait_on_host(work, "stuck allreduce");
+                                  } catch (const ddp::Error& e) {
+                                    const double waited = std::chrono::duration<double>(Clock::now() - start).count();
+                                    std::printf("rank 0 after %.2f s: %s (fix: %s)\n", waited, e.what(),
+                                                e.hint().c_str());
+                                    const std::string what = e.what();
+                                    const std::string start_of = "stuck allreduce failed on rank 0 of 2 after waiting";
+                                    const bool shape = what.rfind(start_of, 0) == 0 &&
+                                                       what.find("a stop was requested") != std::string::npos &&
+                                                       e.hint().find("last snapshot stands") != std::string::npos;
+                                    return shape && waited > 0.6 && waited < 3.5 ? 0 : 1;
+                                  }
+                                  std::fprintf(stderr, "rank 0: the wait ended without an error\n");
+                                  return 1;
+                                }),
+            0);
+}

@@ -8,6 +8,7 @@ STEP0=$BIN/step0_single_gpu
 STEP1=$BIN/solutions/step1_multigpu_fork
 STEP2=$BIN/solutions/step2_env_launch
 STEP3=$BIN/solutions/step3_multinode_slurm
+export STEP0 STEP1 STEP2 STEP3   # for the tests that source this file
 
 now() { date +%s.%N; }
 seconds_since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.2f", b - a }'; }
@@ -74,8 +75,7 @@ expect_error() {
 }
 
 # ---- launching --------------------------------------------------------------------------------
-# A TCP port nobody listens on now (the kernel picks it; a test uses it at once).
-free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+# free_port (integration/lib.sh): a TCP port nobody listens on now.
 
 # launch_ranks N PORT PROGRAM ARGS...: starts N ranks the way torchrun would (RANK, WORLD_SIZE,
 # LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT), output in rank<r>.log, PIDs in RANK_PIDS.

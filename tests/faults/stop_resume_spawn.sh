@@ -40,9 +40,9 @@ mkdir stopped && cd stopped
 stop_one 1 USR1 parent 2
 first=$STOP
 stop_one 2 TERM 1 6
-grep -q "Resuming training from snapshot snapshot.pt $first" part2.log || { cat part2.log; fail "part 2 did not resume $first"; }
+grep -q "Resuming training from snapshot snapshot-step1-solution.pt $first" part2.log || { cat part2.log; fail "part 2 did not resume $first"; }
 run_logged part3.log "$STEP1" "${args[@]}" || { cat part3.log; fail "the resumed run failed"; }
-grep -q "Resuming training from snapshot snapshot.pt $STOP" part3.log || { cat part3.log; fail "part 3 did not resume $STOP"; }
+grep -q "Resuming training from snapshot snapshot-step1-solution.pt $STOP" part3.log || { cat part3.log; fail "part 3 did not resume $STOP"; }
 got=$(final_checksum part3.log)
 [ "$got" = "$expected" ] || fail "stopped twice and resumed: checksum $got, uninterrupted $expected"
 pass "spawn: SIGUSR1 to the parent and SIGTERM to one worker stop both at one step, exit 75; resumed run equal ($got)"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Fault: a stop signal reaches ONE worker of two (step 2 under torchrun): SIGUSR1 to rank 1 (not
-# the snapshot writer), later SIGTERM to rank 0. The stop agreement (an allreduce at every step)
-# makes both ranks stop at the same step; rank 0 writes the snapshot; both exit 75 (torchrun
+# the snapshot writer), later SIGTERM to rank 0. The stop agreement (one allreduce every ~0.25 s of
+# steps, which also fixes the next check step) makes both ranks stop at the same step; rank 0
+# writes the snapshot; both exit 75 (torchrun
 # itself exits 1 whatever its workers return: it reports each worker's code). The third launch
 # resumes and ends with the same weights as an uninterrupted run, bit for bit.
 source "$(dirname "$0")/lib.sh"
@@ -36,7 +37,7 @@ stop_one() {
   local step=${STOP##*step }
   [ "$step" -gt 0 ] || fail "SIG$sig: stopped at an epoch boundary, not mid-epoch"
   local epoch=${STOP#at epoch }; epoch=${epoch%%,*}
-  grep -q "snapshot saved at snapshot.pt ($epoch epochs run, step $step)" "$log" || fail "SIG$sig: no snapshot at the stop"
+  grep -q "snapshot saved at snapshot-step2-solution.pt ($epoch epochs run, step $step)" "$log" || fail "SIG$sig: no snapshot at the stop"
   echo "ok   SIG$sig to rank $rank only: both ranks stopped $STOP, both exit 75, torchrun ended ${took}s after the signal (exit $rc)"
 }
 
@@ -44,9 +45,9 @@ mkdir stopped && cd stopped
 stop_one 1 USR1 1 2
 first=$STOP
 stop_one 2 TERM 0 6
-grep -q "Resuming training from snapshot snapshot.pt $first" part2.log || { cat part2.log; fail "part 2 did not resume $first"; }
+grep -q "Resuming training from snapshot snapshot-step2-solution.pt $first" part2.log || { cat part2.log; fail "part 2 did not resume $first"; }
 run_logged part3.log "${launch[@]}" "${args[@]}" || { cat part3.log; fail "the resumed run failed"; }
-grep -q "Resuming training from snapshot snapshot.pt $STOP" part3.log || { cat part3.log; fail "part 3 did not resume $STOP"; }
+grep -q "Resuming training from snapshot snapshot-step2-solution.pt $STOP" part3.log || { cat part3.log; fail "part 3 did not resume $STOP"; }
 [ "$(grep -c 'final weights checksum' part3.log)" -eq 2 ] || fail "expected two checksum lines"
 got=$(final_checksum part3.log)
 [ "$(grep 'final weights checksum' part3.log | awk '{print $NF}' | sort -u)" = "$got" ] || fail "the ranks ended with different weights"

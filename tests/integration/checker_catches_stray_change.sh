@@ -2,7 +2,8 @@
 # The exercise checker must fail when a solution changes a line outside its TODO blocks: far from
 # any TODO, below a line that only mentions a TODO, inside a function below a TODO block, and right
 # after the block a TODO sits in (a TODO block ends at a blank line or where the code returns to a
-# lower indentation).
+# lower indentation); and when a plumbing edit is made in one exercise/solution pair only, so that
+# exercise N is no longer solution N-1 plus step N's blocks.
 set -euo pipefail
 root=${1:?project root}
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
@@ -28,8 +29,9 @@ expect_caught first_line "$exercise" "$tmp/first_line.cpp"
 
 # 2. In the header comment below a line that mentions "marked TODO(step1)": a mention is not a
 #    TODO block, only a comment that starts with TODO(step1) is.
-grep -q 'differ only inside those blocks' "$solution" || { echo "FAIL: the header changed: update this test"; exit 1; }
-sed 's/differ only inside those blocks/differ only inside the TODO blocks/' "$solution" >"$tmp/header.cpp"
+grep -q 'blocks marked TODO(step1): the parent starts the workers' "$solution" &&
+  grep -q '^// localhost, each trains on its own shard' "$solution" || { echo "FAIL: the header changed: update this test"; exit 1; }
+sed 's/^\/\/ localhost, each trains on its own shard/\/\/ localhost, each trains on a shard/' "$solution" >"$tmp/header.cpp"
 expect_caught header_after_mention "$exercise" "$tmp/header.cpp"
 
 # 3. Inside worker(), below the TODO block that joins the process group (past its blank line).
@@ -46,5 +48,32 @@ tail -n1 "$solution" | grep -qx '}' || { echo "FAIL: the solution no longer ends
 { cat "$exercise"; printf 'int after_main() {\n  return 1;\n}\n'; } >"$tmp/after_main_exercise.cpp"
 { cat "$solution"; printf 'int after_main() {\n  return 2;\n}\n'; } >"$tmp/after_main_solution.cpp"
 expect_caught after_block_end "$tmp/after_main_exercise.cpp" "$tmp/after_main_solution.cpp"
+
+# 5. A plumbing edit made in one copy only: the step 2 exercise and its solution both change the
+#    same line of the trainer (so they still differ only in their TODO blocks), but solution 1
+#    does not: exercise 2 is no longer solution 1 plus step 2's blocks.
+chain=$tmp/chain
+mkdir -p "$chain/solutions"
+for dir in "$root"/step*_*/; do
+  name=$(basename "$dir")
+  mkdir -p "$chain/$name"
+  cp "$dir/main.cpp" "$chain/$name/main.cpp"
+  [ -f "$root/solutions/$name/main.cpp" ] && mkdir -p "$chain/solutions/$name" &&
+    cp "$root/solutions/$name/main.cpp" "$chain/solutions/$name/main.cpp"
+done
+python3 "$root/tests/check_exercises.py" "$chain" >"$chain/out.before" 2>&1 ||
+  { cat "$chain/out.before"; echo "FAIL (one_copy_only): the unchanged copy of the tree does not pass"; exit 1; }
+line='    first_step_ = 0;'
+grep -qx -- "$line" "$chain/step2_env_launch/main.cpp" || { echo "FAIL: '$line' is gone: update this test"; exit 1; }
+for f in "$chain/step2_env_launch/main.cpp" "$chain/solutions/step2_env_launch/main.cpp"; do
+  sed -i "s/^$line\$/    first_step_ = 0;  \/\/ a plumbing edit in the step 2 pair only/" "$f"
+done
+if python3 "$root/tests/check_exercises.py" "$chain" >"$chain/out" 2>&1; then
+  cat "$chain/out"; echo "FAIL (one_copy_only): the checker accepted a plumbing edit made in one copy only"; exit 1
+fi
+grep -q '^step2_env_launch: ok' "$chain/out" || { cat "$chain/out"; echo "FAIL (one_copy_only): the pair itself should still pass"; exit 1; }
+grep -q 'step2_env_launch/main.cpp:[0-9]*: differs from solutions/step1_multigpu_fork/main.cpp outside the header' "$chain/out" ||
+  { cat "$chain/out"; echo "FAIL (one_copy_only): wrong message"; exit 1; }
+echo "ok: one_copy_only: $(grep -m1 'differs from' "$chain/out")"
 
 echo "PASS: the checker rejects stray changes"

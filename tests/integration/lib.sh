@@ -1,8 +1,10 @@
 # Shared helpers of the integration tests (sourced). Every test runs in its own temp folder,
-# uses its own port, and ends only the processes it started.
+# uses its own free port (never a fixed one: two test runs at once would meet), and ends only the
+# processes it started.
 # shellcheck shell=bash
 set -euo pipefail
 BIN=${DDPW_BIN:?DDPW_BIN must point at build/bin}
+export BIN
 VENV_BIN=${DDPW_HOME:-$HOME/.cache/ddp-workshop}/venv/bin
 [ -d "$VENV_BIN" ] && PATH=$PATH:$VENV_BIN
 WORK=$(mktemp -d /tmp/ddpw-it.XXXXXX)
@@ -10,6 +12,9 @@ trap 'rm -rf "$WORK"' EXIT
 cd "$WORK"
 
 fail() { echo "FAIL: $*" >&2; exit 1; }
+
+# A TCP port nobody listens on now (the kernel picks it; the test uses it at once).
+free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 pass() { echo "PASS: $*"; }
 
 # Runs a command with a hard time limit, output to a log; returns its exit code.
@@ -25,12 +30,13 @@ first_loss() { grep -m1 -E '^Epoch [0-9]+ \| train loss' "$1" | sed -E 's/.*trai
 last_loss()  { grep -E '^Epoch [0-9]+ \| train loss' "$1" | tail -n1 | sed -E 's/.*train loss ([0-9.e+-]+).*/\1/'; }
 
 # The checks every distributed run must pass: the loss fell, every rank ended with the same
-# weights, exactly `ranks` ranks reported, only rank 0 wrote the snapshot.
+# weights, exactly `ranks` ranks reported, only rank 0 wrote the snapshot (the program's own file,
+# snapshot-stepN-solution.pt by default).
 check_training_log() {
   local log=$1 ranks=$2 writer=$3
   local a b
   a=$(first_loss "$log"); b=$(last_loss "$log")
-  [ -n "$a" ] && [ -n "$b" ] || fail "no epoch lines in $log"
+  if [ -z "$a" ] || [ -z "$b" ]; then fail "no epoch lines in $log"; fi
   awk -v a="$a" -v b="$b" 'BEGIN { exit !(b < a) }' || fail "loss did not fall ($a -> $b)"
   local sums
   sums=$(grep -E 'final weights checksum' "$log" | awk '{print $NF}' | sort -u)
@@ -39,6 +45,7 @@ check_training_log() {
   local writers
   writers=$(grep -E 'Training snapshot saved' "$log" | sed -E 's/^(\[[^]]*\]).*/\1/' | sort -u)
   [ "$writers" = "$writer" ] || fail "snapshot writers were '$writers', expected only '$writer'"
-  [ -s snapshot.pt ] || fail "no snapshot written"
+  local snapshots; snapshots=$(find . -maxdepth 1 -name 'snapshot-*.pt' -size +0)
+  [ "$(echo "$snapshots" | grep -c .)" -eq 1 ] || fail "expected one snapshot file, found: ${snapshots:-none}"
   echo "loss $a -> $b; $ranks ranks, weights checksum $sums; writer $writer"
 }

@@ -4,7 +4,8 @@ source "$(dirname "$0")/lib.sh"
 command -v mpirun >/dev/null || fail "mpirun not found (scripts/setup.sh installs openmpi-bin)"
 root=()
 [ "$(id -u)" -eq 0 ] && root=(--allow-run-as-root)
-export MASTER_PORT=29712
+MASTER_PORT=$(free_port)
+export MASTER_PORT
 run_logged out.log mpirun "${root[@]}" --oversubscribe -np 2 "$BIN/solutions/step2_env_launch" 4 2 \
   || { cat out.log; fail "mpirun run exited non-zero"; }
 check_training_log out.log 2 "[CPU0]"

@@ -14,8 +14,8 @@ timeout --kill-after=10 240 torchrun --standalone --nproc_per_node=2 --max-resta
   "$BIN/solutions/step2_env_launch" "${args[@]}" >out.log 2>&1 &
 agent=$!
 # Wait for the first snapshot, then kill one worker (a child of our torchrun) mid-epoch.
-for _ in $(seq 400); do [ -s snapshot.pt ] && break; sleep 0.05; done
-[ -s snapshot.pt ] || { kill "$agent"; cat out.log; fail "no snapshot appeared"; }
+for _ in $(seq 400); do [ -s snapshot-step2-solution.pt ] && break; sleep 0.05; done
+[ -s snapshot-step2-solution.pt ] || { kill "$agent"; cat out.log; fail "no snapshot appeared"; }
 sleep 0.3
 victim=""
 for p in $(pgrep -P "$agent"; for c in $(pgrep -P "$agent"); do pgrep -P "$c"; done); do

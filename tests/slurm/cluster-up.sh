@@ -7,6 +7,15 @@
 # clones), so the sites' #SBATCH lines (--cpus-per-task=40, --mem=32G, --gpus-per-node=2) are accepted.
 # MUNGE runs privately (own key and socket under DIR); nothing under /etc is touched. Each cluster
 # is listed in /run/ddpw-slurm-test.clusters until it is torn down.
+# One netns cluster at a time (they share the bridge and its subnet): a second cluster-up waits for
+# the first to be taken down (DDPW_CLUSTER_WAIT seconds, default 900) and takes down one whose
+# controller is dead (left by a killed run), instead of clashing on the bridge.
+# Settings (environment):
+#   DDPW_CLUSTER_GPUS=N      GPUs per node for Slurm's bookkeeping (default 4): many jobs on one node
+#   DDPW_CLUSTER_USERS=1     non-root users may submit: DIR, its config and the MUNGE socket are
+#                            readable by all (not the key), and inside the nodes the paths of
+#                            DDPW_CLUSTER_SHARE (colon-separated, e.g. a venv under /root) are visible
+#                            to them under the same names (/root is 0700 on the host).
 # Afterwards: source DIR/env (sets SLURM_CONF); tear down with cluster-down.sh DIR.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -14,7 +23,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 mode=${1:?usage: cluster-up.sh single|netns DIR [NNODES]}
 dir=${2:?usage: cluster-up.sh single|netns DIR [NNODES]}
 nodes=${3:-2}
-cpus=64 memory_mb=256000 gpus=4
+cpus=64 memory_mb=256000 gpus=${DDPW_CLUSTER_GPUS:-4}
+users=${DDPW_CLUSTER_USERS:-0}
 subnet=10.77.0           # netns mode: controller .1, nodeI .(10+I)
 bridge=ddpwbr0 netns_prefix=ddpw-node veth_prefix=ddpwv
 
@@ -23,22 +33,54 @@ die() { echo "cluster-up: $*" >&2; exit 1; }
 for tool in slurmctld slurmd munged mungekey sinfo; do
   command -v "$tool" >/dev/null || [ -x "/usr/sbin/$tool" ] || die "$tool not found: apt-get install slurm-wlm munge"
 done
+[[ $gpus =~ ^[1-9][0-9]?$ ]] || die "DDPW_CLUSTER_GPUS must be 1-99, got '$gpus'"
 case $mode in
   single) nodes=1 ;;
-  netns) [[ $nodes =~ ^[1-9]$ ]] || die "NNODES must be 1-9, got '$nodes'"
-         ! ip link show "$bridge" >/dev/null 2>&1 ||
-           die "bridge $bridge exists: another test cluster is up (cluster-down.sh on its DIR removes it)" ;;
+  netns) [[ $nodes =~ ^[1-9]$ ]] || die "NNODES must be 1-9, got '$nodes'" ;;
   *) die "MODE must be single or netns, got '$mode'" ;;
 esac
 dir=$(mkdir -p "$dir" && cd "$dir" && pwd)
+
+# One cluster-up at a time (fd 8, never inherited by the daemons: 8>&- below), and in netns mode
+# one cluster at a time: wait while another one holds the bridge.
+if [ "$mode" = netns ]; then
+  wait_s=${DDPW_CLUSTER_WAIT:-900}
+  exec 8> /run/ddpw-slurm-cluster-up.lock
+  flock -w "$wait_s" 8 || die "another cluster-up.sh held /run/ddpw-slurm-cluster-up.lock for $wait_s s"
+  deadline=$((SECONDS + wait_s)) said=0
+  while ip link show "$bridge" >/dev/null 2>&1; do
+    # A listed cluster whose controller is dead was left by a killed run: take it down.
+    if [ -f /run/ddpw-slurm-test.clusters ]; then
+      while read -r other; do
+        [ -f "$other/bridge" ] || continue
+        pid=$(cat "$other/slurmctld.pid" 2>/dev/null || true)
+        if [ -z "$pid" ] || ! kill -0 "$pid" 2>/dev/null; then
+          echo "cluster-up: taking down $other (its controller is gone: left by a killed run)" >&2
+          "$here/cluster-down.sh" "$other" 8>&- || true
+        fi
+      done < <(cat /run/ddpw-slurm-test.clusters)
+    fi
+    ip link show "$bridge" >/dev/null 2>&1 || break
+    [ "$SECONDS" -lt "$deadline" ] ||
+      die "bridge $bridge still exists after $wait_s s: another test cluster is up (see /run/ddpw-slurm-test.clusters; cluster-down.sh DIR takes it down)"
+    [ $said = 1 ] || echo "cluster-up: another test cluster holds bridge $bridge; waiting up to $wait_s s for it to be taken down" >&2
+    said=1
+    sleep 2
+  done
+fi
 # Every cluster is listed here until cluster-down.sh removes it, so one left by a killed run can
 # be found and taken down later (tests/slurm/lib.sh does, before starting its own).
 echo "$dir" >> /run/ddpw-slurm-test.clusters
 # Whatever fails below, take down what was already started (daemons, namespaces, bridge).
 up=0
 trap '[ $up = 1 ] || { echo "cluster-up: failed; tearing down what it started" >&2; "$here/cluster-down.sh" "$dir"; }' EXIT
-mkdir -p "$dir"/{etc,state,log,spool,tmp,dev,munge}
+mkdir -p "$dir"/{etc,state,log,spool,tmp,dev,munge,munge-socket}
 chmod 0700 "$dir/munge"
+if [ "$users" = 1 ]; then   # other users reach the config and the socket, never the key
+  chmod 0755 "$dir" "$dir/etc" "$dir/munge-socket"
+else
+  chmod 0700 "$dir/munge-socket"
+fi
 echo "$mode" > "$dir/mode"
 
 # A TCP port nobody listens on (the controller's, and slurmd's in single mode).
@@ -51,10 +93,10 @@ free_port() {
 }
 
 # ---- MUNGE: a private daemon, key and socket (Slurm is told via AuthInfo=socket=...)
-socket=$dir/munge/munge.socket
+socket=$dir/munge-socket/munge.socket
 mungekey --create --keyfile="$dir/munge/munge.key" 2>/dev/null
 /usr/sbin/munged --force --socket="$socket" --key-file="$dir/munge/munge.key" \
-  --pid-file="$dir/munge/munged.pid" --log-file="$dir/log/munged.log" --seed-file="$dir/munge/munged.seed"
+  --pid-file="$dir/munge/munged.pid" --log-file="$dir/log/munged.log" --seed-file="$dir/munge/munged.seed" 8>&-
 for _ in $(seq 50); do [ -S "$socket" ] && break; sleep 0.1; done
 [ -S "$socket" ] || die "munged did not start (see $dir/log/munged.log)"
 cp "$dir/munge/munged.pid" "$dir/munged.pid"
@@ -143,16 +185,32 @@ echo "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSu
 export SLURM_CONF=$dir/etc/slurm.conf
 echo "export SLURM_CONF=$SLURM_CONF" > "$dir/env"
 
+# ---- paths under /root that the users' jobs need (netns nodes only): inside each node's mount
+# namespace /root becomes a readable folder holding just those paths, bound from the real ones.
+share_root=""
+if [ "$users" = 1 ] && [ "$mode" = netns ] && [ -n "${DDPW_CLUSTER_SHARE:-}" ]; then
+  view=$dir/root-view
+  mkdir -p "$view" && chmod 0755 "$view"
+  IFS=: read -r -a shared <<< "$DDPW_CLUSTER_SHARE"
+  for path in "${shared[@]}"; do
+    case $path in /root/?*) ;; *) die "DDPW_CLUSTER_SHARE: '$path' is not under /root" ;; esac
+    [ -e "$path" ] || die "DDPW_CLUSTER_SHARE: '$path' does not exist"
+    (umask 022 && mkdir -p "$view/${path#/root/}")
+    share_root+="mount --bind '$path' '$view/${path#/root/}' && "
+  done
+  share_root+="mount --rbind '$view' /root &&"
+fi
+
 # ---- daemons
-/usr/sbin/slurmctld -c
+/usr/sbin/slurmctld -c 8>&-
 for n in $node_names; do
   mkdir -p "$dir/spool/$n" "$dir/tmp/$n"
   if [ "$mode" = netns ]; then
     # nsenter --net, NOT "ip netns exec": that remounts /sys and slurmd then finds no cgroup fs
     nsenter --net="/run/netns/$netns_prefix${n#node}" unshare --uts --mount --propagation private \
-      bash -c "mount --bind '$dir/etc/hosts' /etc/hosts && hostname $n && exec /usr/sbin/slurmd"
+      bash -c "mount --bind '$dir/etc/hosts' /etc/hosts && hostname $n && $share_root exec /usr/sbin/slurmd" 8>&-
   else
-    /usr/sbin/slurmd
+    /usr/sbin/slurmd 8>&-
   fi
 done
 for _ in $(seq 150); do

@@ -52,6 +52,7 @@ start_cluster() {
     done < <(cat /run/ddpw-slurm-test.clusters)
     : > /run/ddpw-slurm-test.clusters
   fi
+  remove_test_users   # and users a killed run had made (test-workshop.sh)
   TEST_DIR=$(mktemp -d /tmp/ddpw-slurm.XXXXXX)
   trap cleanup EXIT
   trap 'echo "FAIL: interrupted (the test'"'"'s own deadline, or Ctrl-C)" >&2; exit 130' INT TERM
@@ -88,9 +89,34 @@ cleanup() {
       tail -n 15 "$TEST_DIR"/cluster/log/slurm*.log >&2 2>/dev/null
     fi
     "$slurm_tests/cluster-down.sh" "$TEST_DIR/cluster"
+    remove_test_users
     if [ "${DDPW_KEEP_TEST_DIR:-0}" = 1 ]; then echo "kept $TEST_DIR"; else rm -rf "$TEST_DIR"; fi
   fi
   exit "$rc"
+}
+
+# ---- Unix users made for a test (test-workshop.sh): listed in /run/ddpw-slurm-test.users from the
+# moment they exist, removed (with their homes) when the test ends, whatever ends it, or by the next
+# test if a killed run could not.
+TEST_USERS_LIST=/run/ddpw-slurm-test.users
+add_test_user() {  # add_test_user NAME HOME
+  id "$1" >/dev/null 2>&1 && fail "user $1 exists already: not one this test made (remove it, or set DDPW_WORKSHOP_USER_PREFIX)"
+  echo "$1" >> "$TEST_USERS_LIST"
+  useradd --create-home --home-dir "$2" --shell /bin/bash --user-group "$1" || fail "useradd $1 failed"
+}
+remove_test_users() {
+  [ -s "$TEST_USERS_LIST" ] || return 0
+  local user
+  while read -r user; do
+    id "$user" >/dev/null 2>&1 || continue   # (an empty line too)
+    # Its jobs' processes lived in the cluster's namespaces, which cluster-down.sh ended by PID.
+    if [ "${DDPW_KEEP_TEST_DIR:-0}" = 1 ]; then   # keep the homes (in the test folder) for a look
+      userdel --force "$user" || echo "warning: userdel $user failed" >&2
+    else
+      userdel --force --remove "$user" >/dev/null 2>&1 || userdel --force "$user" || echo "warning: userdel $user failed" >&2
+    fi
+  done < "$TEST_USERS_LIST"
+  rm -f "$TEST_USERS_LIST"
 }
 
 # The options that replace a site's placeholders: the test cluster has one partition, no
@@ -106,18 +132,21 @@ site_options() {
   esac
 }
 
-# submit SITE SCRIPT [SCRIPT ARGS...]: sbatch clusters/SITE/SCRIPT from a fresh run folder, wait
+# submit SITE SCRIPT [SCRIPT ARGS...]: sbatch clusters/SITE/SCRIPT from a fresh run folder (or
+# SUBMIT_DIR), wait
 # (bounded), and set JOB_ID, JOB_STATE, JOB_EXIT ("0:0"), JOB_LOG, RUN_DIR, JOB_SECONDS.
-# SBATCH_EXTRA (an array) adds sbatch options, SITE_OPTIONS replaces site_options' (a string);
+# SBATCH_EXTRA (an array) and SBATCH_OPTS (a string, for one call) add sbatch options,
+# SITE_OPTIONS replaces site_options' (a string);
 # SUBMIT_NO_WAIT=1 returns right after sbatch.
 submit() {
   local site=$1 script=$2; shift 2
   SUBMISSIONS=$((${SUBMISSIONS:-0} + 1))   # a fresh folder each time: no snapshot to resume from
-  RUN_DIR=$TEST_DIR/runs/$SUBMISSIONS-$site-${script%.sbatch}
+  RUN_DIR=${SUBMIT_DIR:-$TEST_DIR/runs/$SUBMISSIONS-$site-${script%.sbatch}}   # SUBMIT_DIR: reuse one
   mkdir -p "$RUN_DIR"
-  local -a opts
+  local -a opts more=()
   read -r -a opts <<< "${SITE_OPTIONS-$(site_options "$site")}"
-  JOB_ID=$(cd "$RUN_DIR" && sbatch --parsable "${opts[@]}" "${SBATCH_EXTRA[@]}" \
+  read -r -a more <<< "${SBATCH_OPTS:-}"   # per call: SBATCH_OPTS="--array=0-1" submit ...
+  JOB_ID=$(cd "$RUN_DIR" && sbatch --parsable "${opts[@]}" "${SBATCH_EXTRA[@]}" "${more[@]}" \
              "$DDPW_ROOT/clusters/$site/$script" "$@") || fail "sbatch $site/$script was refused"
   JOB_ID=${JOB_ID%%;*}
   JOB_STARTED=$SECONDS
@@ -170,12 +199,14 @@ expect_lines() {
 expect_nodes() {  # the job ran on exactly these nodes, e.g. "node[1-2]"
   [ "$JOB_NODES" = "$1" ] || { show_log; fail "job $JOB_ID ran on $JOB_NODES, expected $1"; }
 }
-# expect_one_snapshot: the run folder holds exactly one snapshot file, and nothing half-written.
+# expect_one_snapshot [KIND]: the run folder holds exactly one snapshot file, the scripts' default
+# for the job and KIND (solution: the default programs; exercise: DDPW_PROGRAMS=build/bin), and
+# nothing half-written.
 expect_one_snapshot() {
-  local files
+  local files want
+  want="snapshots/$(job_field JobName).${1:-solution}.pt"
   files=$(find "$RUN_DIR/snapshots" -type f -printf 'snapshots/%P ' 2>/dev/null | sort || true)
-  [ "$files" = "snapshots/$(job_field JobName).pt " ] ||
-    { show_log; fail "job $JOB_ID: snapshot files '${files% }', expected exactly snapshots/$(job_field JobName).pt"; }
+  [ "$files" = "$want " ] || { show_log; fail "job $JOB_ID: snapshot files '${files% }', expected exactly $want"; }
 }
 
 # A small copy of Fashion-MNIST (same IDX format as MNIST) for the MNIST scripts: the first

@@ -39,7 +39,7 @@ stop_and_resume() {
   expect_lines 1 "job $JOB_ID .* restart 1 "
   expect_lines 2 "Training snapshot saved"
   expect_lines 1 "Epoch $((epochs - 1)) \| train loss"
-  expect_one_snapshot
+  expect_one_snapshot solution
   # Every rank stopped at the same step, and every rank resumed exactly there.
   local stop
   stop=$(grep -Eo "Stopping at epoch [0-9]+, step [0-9]+" "$JOB_LOG" | sort -u)

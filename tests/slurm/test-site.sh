@@ -15,7 +15,7 @@ require_slurm
 require_programs hello allreduce_check solutions/step1_multigpu_fork solutions/step2_env_launch \
                  solutions/step3_multinode_slurm
 case $site in
-  hipergator|puhti) require_torchrun ;;
+  delta|della|hipergator|puhti) require_torchrun ;;
   supercloud) command -v mpirun >/dev/null || fail "mpirun not found: apt-get install openmpi-bin" ;;
 esac
 nodes=2; [ "$site" = hipergator ] && nodes=4   # its 4 nodes x 1 GPU variant
@@ -29,7 +29,8 @@ expect_training() {
   expect_success
   expect_lines 1 "Epoch $((epochs - 1)) \| train loss"
   expect_lines $(((epochs + save_every - 1) / save_every)) "Training snapshot saved"
-  expect_one_snapshot
+  expect_one_snapshot solution
+  expect_lines 0 "claim rank|already in use"
 }
 
 submit "$site" hello.sbatch
@@ -52,6 +53,22 @@ esac
 
 submit "$site" step3.sbatch 2 1
 expect_training 2 1; expect_nodes "node[1-2]"
+
+# Site-specific ways the READMEs show.
+case $site in
+  della)       # the seed's file:// rendezvous on the shared submit folder, a fresh file per job
+    DDPW_RENDEZVOUS="file" submit della step3.sbatch 2 1
+    expect_training 2 1; expect_nodes "node[1-2]"
+    expect_lines 1 "^rendezvous +\| file://$RUN_DIR/rendezvous/$JOB_ID\.0 *$" ;;
+  hipergator)  # the workshop's reservation: 1 node, 2 GPUs (typed geforce there, untyped here)
+    for script in workshop-step1.sbatch workshop-step2.sbatch; do
+      SITE_OPTIONS="--partition=debug --gres=gpu:2" submit hipergator "$script" 2 1
+      expect_training 2 1; expect_nodes node1; expect_lines 1 "^world size +\| 2 *$"
+    done ;;
+  supercloud)  # LLsub may not pass a script's arguments on: DDPW_ARGS does the same
+    DDPW_ARGS="2 1" submit supercloud step3.sbatch
+    expect_training 2 1; expect_lines 1 "^# arguments 2 1 \(DDPW_ARGS\)$" ;;
+esac
 
 submit "$site" mnist.sbatch 1 1
 expect_training 1 1; expect_lines 1 "Epoch 0 \| train loss .*test accuracy"

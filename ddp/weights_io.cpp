@@ -1,0 +1,114 @@
+#include "ddp/weights_io.h"
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <set>
+
+#include "ddp/error.h"
+#include "ddp/files.h"
+
+namespace ddp {
+namespace {
+
+// Python's names for the dtypes a model may hold: the user fixes the file in Python.
+std::string python_dtype(c10::ScalarType t) {
+  switch (t) {
+    case c10::ScalarType::Float: return "float32";
+    case c10::ScalarType::Double: return "float64";
+    case c10::ScalarType::Half: return "float16";
+    case c10::ScalarType::BFloat16: return "bfloat16";
+    case c10::ScalarType::Long: return "int64";
+    case c10::ScalarType::Int: return "int32";
+    default: return c10::toString(t);
+  }
+}
+
+std::string shape(const torch::Tensor& t) { return c10::str(t.sizes()); }
+
+// "a, b, c and 4 more": a model of another kind differs in every tensor.
+std::string listing(const std::vector<std::string>& items) {
+  constexpr size_t kShown = 6;
+  std::string out;
+  for (size_t i = 0; i < items.size() && i < kShown; ++i) out += (i ? ", " : "") + items[i];
+  if (items.size() > kShown) out += " and " + std::to_string(items.size() - kShown) + " more";
+  return out;
+}
+
+std::string read_whole_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    const std::string why = std::strerror(errno);
+    if (!path_exists(path))
+      throw Error("weights file '" + path + "' does not exist",
+                  "save it in Python with torch.save(model.state_dict(), '" + path + "'), or check the path");
+    throw Error("weights file '" + path + "' cannot be read (" + why + ")", "check its permissions");
+  }
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+}  // namespace
+
+TensorDict state_dict(torch::nn::Module& model) {
+  TensorDict out;
+  for (const auto& p : model.named_parameters(/*recurse=*/true)) out.emplace_back(p.key(), p.value());
+  for (const auto& b : model.named_buffers(/*recurse=*/true)) out.emplace_back(b.key(), b.value());
+  return out;
+}
+
+void export_weights(const std::string& path, torch::nn::Module& model) {
+  write_file_atomically(path, tensor_dict_to_bytes(state_dict(model)), "--export-weights");
+}
+
+void import_weights(const std::string& path, torch::nn::Module& model) {
+  const std::string bytes = read_whole_file(path);
+  const std::string what = "weights file '" + path + "'";
+  // The course's own snapshots are LibTorch archives behind a header (snapshot.cpp), not torch.save's.
+  if (bytes.rfind("DDPWSNAP", 0) == 0)
+    throw Error(what + " is a training snapshot of this course, not a state_dict that torch.save wrote",
+                "resume from it with --snapshot, or convert it: model_weights --snapshot " + path +
+                    " --export-weights weights.pt");
+  std::map<std::string, torch::Tensor> file;
+  std::vector<std::string> twice;
+  for (const auto& [name, tensor] : tensor_dict_from_bytes(bytes, what))
+    if (!file.emplace(name, tensor).second) twice.push_back(name);
+
+  std::vector<std::string> missing, unexpected, different;
+  std::vector<std::pair<torch::Tensor, torch::Tensor>> copies;  // (the model's tensor, the file's)
+  std::set<std::string> in_model;
+  for (const auto& [name, dest] : state_dict(model)) {
+    in_model.insert(name);
+    const auto it = file.find(name);
+    if (it == file.end()) {
+      missing.push_back(name + " " + shape(dest));
+    } else if (it->second.sizes() != dest.sizes()) {
+      different.push_back(name + " has shape " + shape(it->second) + " in the file, " + shape(dest) + " in the model");
+    } else if (it->second.scalar_type() != dest.scalar_type()) {
+      different.push_back(name + " is " + python_dtype(it->second.scalar_type()) + " in the file, " +
+                          python_dtype(dest.scalar_type()) + " in the model");
+    } else {
+      copies.emplace_back(dest, it->second);
+    }
+  }
+  for (const auto& [name, tensor] : file)
+    if (!in_model.count(name)) unexpected.push_back(name + " " + shape(tensor));
+
+  std::string problems;
+  auto add = [&](const std::string& label, const std::vector<std::string>& items) {
+    if (!items.empty()) problems += (problems.empty() ? "" : "; ") + label + listing(items);
+  };
+  add("missing ", missing);
+  add("unexpected ", unexpected);
+  add("", different);
+  add("named twice: ", twice);
+  if (!problems.empty())
+    throw Error(what + " does not fit the model (" + model.name() + "): " + problems + "; nothing was loaded",
+                "save the state_dict of the twin module of python/ddpw/models.py that matches --dataset "
+                "(LinearRegressor: synthetic; MnistCnn: mnist, fashion-mnist), in float32");
+  torch::NoGradGuard no_grad;
+  for (auto& [dest, value] : copies) dest.copy_(value);
+}
+
+}  // namespace ddp
