@@ -55,6 +55,7 @@
 #include "ddp/run_report.h"                // defines: host_name
 #include "ddp/sgd.h"                       // defines: Sgd (multi-tensor on GPUs, as torch.optim.SGD)
 #include "ddp/sync_counter.h"              // defines: SyncCounter (host synchronizations per step)
+#include "mlp.h"                           // defines: bench::Mlp (the mlp workload)
 
 #ifdef DDPW_HAVE_CUDA
 #include <ATen/cuda/CUDAEvent.h>           // defines: CUDAEvent (step timing on a GPU)
@@ -135,23 +136,6 @@ BenchOptions parse(int argc, char** argv) {
   return o;
 }
 
-// 10 x (Linear(1024,1024) + ReLU) + Linear(1024,10): 10.5 M parameters, 42 MB of gradients.
-class Mlp : public ddp::Model {
- public:
-  Mlp(int64_t width = 1024, int hidden_layers = 10, int64_t classes = 10) {
-    for (int i = 0; i < hidden_layers; ++i) {
-      layers_->push_back(torch::nn::Linear(width, width));
-      layers_->push_back(torch::nn::ReLU());
-    }
-    layers_->push_back(torch::nn::Linear(width, classes));
-    register_module("layers", layers_);
-  }
-  torch::Tensor forward(const torch::Tensor& x) override { return layers_->forward(x); }
-
- private:
-  torch::nn::Sequential layers_;
-};
-
 using Loss = std::function<torch::Tensor(const torch::Tensor&, const torch::Tensor&)>;
 
 struct Workload {
@@ -180,7 +164,7 @@ Workload make_workload(const BenchOptions& o, const torch::Device& device) {
   } else {
     w.data.inputs = torch::rand({o.samples, 1024});
     w.data.targets = torch::randint(0, 10, {o.samples}, torch::kLong);
-    w.model = std::make_shared<Mlp>();
+    w.model = std::make_shared<bench::Mlp>();
     w.loss = [](const torch::Tensor& out, const torch::Tensor& y) { return torch::cross_entropy_loss(out, y); };
   }
   w.model->to(device);

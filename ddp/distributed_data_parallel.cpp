@@ -1,46 +1,11 @@
 #include "ddp/distributed_data_parallel.h"
 
-#include <torch/csrc/autograd/engine.h>
-#include <torch/csrc/autograd/function.h>
-#include <torch/csrc/autograd/utils/lambda_post_hook.h>
-#include <torch/csrc/autograd/variable.h>
-
 #include <algorithm>
 
 #include "ddp/error.h"
+#include "ddp/model_broadcast.h"
 
 namespace ddp {
-namespace {
-
-// FNV-1a: a cheap fingerprint of the parameter names and shapes, compared across ranks.
-int64_t fingerprint(const std::vector<std::string>& names, const std::vector<torch::Tensor>& params) {
-  uint64_t h = 1469598103934665603ull;
-  auto mix = [&](const std::string& s) {
-    for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
-  };
-  for (size_t i = 0; i < params.size(); ++i) {
-    mix(names[i]);
-    for (int64_t d : params[i].sizes()) {
-      mix(":");
-      mix(std::to_string(d));  // (not ":" + ...: GCC 12 warns falsely on that inlined concatenation)
-    }
-    mix(";");
-  }
-  return static_cast<int64_t>(h >> 1);
-}
-
-// A tensor of `sizes` (contiguous) on `flat`'s memory from element `start`. Made with set_(),
-// not narrow()/view(): autograd marks views, and the optimizers' zero_grad() calls detach_() on
-// .grad, which refuses views ("Can't detach views in-place").
-torch::Tensor storage_slice(const torch::Tensor& flat, int64_t start, torch::IntArrayRef sizes) {
-  std::vector<int64_t> strides(sizes.size(), 1);
-  for (size_t d = sizes.size(); d-- > 1;) strides[d - 1] = strides[d] * sizes[d];
-  auto t = torch::empty({0}, flat.options());
-  t.set_(flat.storage(), start, sizes, strides);
-  return t;
-}
-
-}  // namespace
 
 GradientReducer::GradientReducer(std::shared_ptr<torch::nn::Module> module, std::shared_ptr<ProcessGroup> pg,
                                  DdpOptions options)
@@ -52,91 +17,32 @@ GradientReducer::GradientReducer(std::shared_ptr<torch::nn::Module> module, std:
     params_.push_back(item.value());
   }
   DDP_CHECK(!params_.empty(), "the module has no parameter that requires a gradient", "nothing to train");
-  broadcast_initial_state(options_.broadcast_buffers);
+  broadcast_from_rank0(*module_, names_, params_, *pg_, options_.broadcast_buffers);
   build_buckets(options_.bucket_mb);
-
-  // A post-hook on each parameter's gradient accumulator runs after .grad holds the final sum
-  // (a hook on the parameter itself would see the incoming gradient before accumulation).
-  std::weak_ptr<int> alive = alive_;
-  for (size_t i = 0; i < params_.size(); ++i) {
-    auto accumulator = torch::autograd::impl::grad_accumulator(params_[i]);
-    accumulator->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
-        [this, i, alive](const torch::autograd::variable_list& outputs, const torch::autograd::variable_list&) {
-          if (!alive.expired()) on_gradient_ready(i);
-          return outputs;
-        }));
-    accumulators_.push_back(std::move(accumulator));
-  }
+  hooks_ = std::make_unique<GradientHooks>(params_, [this](size_t i) { on_gradient_ready(i); });
 }
 
 GradientReducer::~GradientReducer() = default;
 
-void GradientReducer::broadcast_initial_state(bool with_buffers) {
-  torch::NoGradGuard no_grad;  // in-place writes into leaves that require grad
-  // Same model on every rank? A different layer size would otherwise hang or corrupt.
-  auto mine = torch::tensor({static_cast<int64_t>(params_.size()), fingerprint(names_, params_)}, torch::kInt64)
-                  .to(params_[0].device());
-  auto root = mine.clone();
-  std::vector<torch::Tensor> meta{root};
-  pg_->broadcast(meta, 0, "model check (broadcast of rank 0's parameter shapes)");
-  auto mismatch = torch::ne(root, mine).any().to(torch::kInt64).reshape({1});
-  pg_->allreduce_sum(mismatch, "model check (agreement of all ranks)");
-  DDP_CHECK(mismatch.item<int64_t>() == 0,
-            "the ranks hold different models (parameter names or shapes differ from rank 0's)",
-            "every rank must build the same model with the same options");
-
-  std::vector<torch::Tensor> state = params_;
-  if (with_buffers)
-    for (const auto& b : module_->buffers(/*recurse=*/true)) state.push_back(b);
-  std::vector<c10::intrusive_ptr<c10d::Work>> works;
-  std::vector<std::vector<torch::Tensor>> inputs;
-  inputs.reserve(state.size());
-  for (auto& t : state) {
-    inputs.push_back({t});
-    c10d::BroadcastOptions bo;
-    bo.rootRank = 0;
-    works.push_back(pg_->backend().broadcast(inputs.back(), bo));
-  }
-  for (auto& w : works) pg_->wait(w, "initial broadcast of parameters from rank 0");
-}
-
 void GradientReducer::build_buckets(double bucket_mb) {
-  // As PyTorch's DDP: the first bucket is small (1 MiB, or less if bucket_mb is), so the first
-  // allreduce starts early in backward; a bucket closes once it holds at least its cap, so a big
-  // tensor closes the bucket it joins instead of waiting in the next one.
-  const auto cap = static_cast<int64_t>(bucket_mb * 1024 * 1024);
-  const int64_t first_cap = std::min<int64_t>(cap, 1024 * 1024);
   bucket_of_.assign(params_.size(), 0);
   slot_of_.assign(params_.size(), 0);
-  // Gradients become ready roughly in reverse registration order: bucket the last layers first.
-  Bucket current;
-  int64_t bytes = 0, numel = 0;
-  auto close = [&] {
-    if (current.params.empty()) return;
-    current.flat = torch::zeros({numel}, params_[current.params[0]].options().requires_grad(false));
-    current.flat_list = {current.flat};
-    for (size_t slot = 0; slot < current.params.size(); ++slot)
-      current.slices.push_back(current.flat.narrow(0, current.offsets[slot], params_[current.params[slot]].numel()));
-    current.world_size = torch::scalar_tensor(static_cast<double>(pg_->size()), current.flat.scalar_type());
-    current.pending = current.params.size();
-    buckets_.push_back(std::move(current));
-    current = Bucket{};
-    bytes = numel = 0;
-  };
-  for (size_t k = params_.size(); k-- > 0;) {
-    const auto& p = params_[k];
-    const bool other_kind = !current.params.empty() && (p.scalar_type() != params_[current.params[0]].scalar_type() ||
-                                                        p.device() != params_[current.params[0]].device());
-    if (other_kind) close();
-    bucket_of_[k] = buckets_.size();
-    slot_of_[k] = current.params.size();
-    current.params.push_back(k);
-    current.offsets.push_back(numel);
-    numel += p.numel();
-    bytes += p.numel() * p.element_size();
-    if (bytes >= (buckets_.empty() ? first_cap : cap)) close();
+  for (auto& plan : plan_buckets(params_, bucket_mb)) {
+    Bucket b;
+    b.params = std::move(plan.params);
+    b.offsets = std::move(plan.offsets);
+    b.flat = torch::zeros({plan.numel}, params_[b.params[0]].options().requires_grad(false));
+    b.flat_list = {b.flat};
+    for (size_t slot = 0; slot < b.params.size(); ++slot) {
+      const size_t i = b.params[slot];
+      bucket_of_[i] = buckets_.size();
+      slot_of_[i] = slot;
+      b.slices.push_back(b.flat.narrow(0, b.offsets[slot], params_[i].numel()));
+    }
+    b.world_size = torch::scalar_tensor(static_cast<double>(pg_->size()), b.flat.scalar_type());
+    b.pending = b.params.size();
+    buckets_.push_back(std::move(b));
   }
-  close();
   for (size_t k = 0; k < buckets_.size(); ++k)
     buckets_[k].what =
         "gradient allreduce (bucket " + std::to_string(k + 1) + " of " + std::to_string(buckets_.size()) + ")";
@@ -156,26 +62,9 @@ void GradientReducer::start_backward() {
   }
   std::fill(ready_.begin(), ready_.end(), 0);
   next_bucket_ = 0;
-  // The callback runs once the whole backward pass is done, before backward() returns. If an
-  // exception ends the pass first, the engine drops the callback unrun: the watch it carries then
-  // marks this pass abandoned (each pass has its own flag, so a late drop cannot touch the next).
-  struct Watch {
-    explicit Watch(std::shared_ptr<std::atomic<bool>> flag) : abandoned(std::move(flag)) {}
-    Watch(const Watch&) = delete;  // a copy's destructor would raise the flag
-    Watch& operator=(const Watch&) = delete;
-    ~Watch() {
-      if (!ran) abandoned->store(true);
-    }
-    std::shared_ptr<std::atomic<bool>> abandoned;
-    bool ran = false;
-  };
-  abandoned_ = std::make_shared<std::atomic<bool>>(false);
-  auto watch = std::make_shared<Watch>(abandoned_);
-  std::weak_ptr<int> alive = alive_;
-  torch::autograd::Engine::get_default_engine().queue_callback([this, alive, watch] {
-    watch->ran = true;
-    if (!alive.expired()) finish_backward();
-  });
+  // The callback runs once the whole backward pass is done, before backward() returns; an exception
+  // that ends the pass first raises the flag instead (checked by the next pass).
+  abandoned_ = hooks_->call_at_end_of_backward([this] { finish_backward(); });
   in_backward_ = true;
 }
 

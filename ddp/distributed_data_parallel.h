@@ -25,6 +25,8 @@
 #include <string>
 #include <vector>
 
+#include "ddp/flat_buckets.h"
+#include "ddp/gradient_hooks.h"
 #include "ddp/options.h"
 #include "ddp/process_group.h"
 
@@ -63,7 +65,6 @@ class GradientReducer {
     size_t pending = 0;           // parameters whose gradient is not ready yet
     c10::intrusive_ptr<c10d::Work> work;
   };
-  void broadcast_initial_state(bool with_buffers);
   void build_buckets(double bucket_mb);
   void on_gradient_ready(size_t param_index);
   void launch_ready_buckets();
@@ -88,13 +89,12 @@ class GradientReducer {
   torch::Tensor used_here_;      // find_unused_parameters: 1 where this rank has a gradient (CPU)...
   torch::Tensor used_anywhere_;  // ...and its sum over ranks (on the parameters' device)
   std::vector<torch::Tensor> used_list_;  // {used_anywhere_}: what the allreduce takes
-  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // kept alive: hooks live on them
   size_t next_bucket_ = 0;
   bool in_backward_ = false;  // a synced backward is running: its end-of-backward callback is queued
   // Set when the engine dropped this backward's end-of-backward callback unrun (an exception).
   std::shared_ptr<std::atomic<bool>> abandoned_ = std::make_shared<std::atomic<bool>>(false);
   bool sync_enabled_ = true;
-  std::shared_ptr<int> alive_ = std::make_shared<int>(0);  // hooks outlive us: they check this first
+  std::unique_ptr<GradientHooks> hooks_;  // last: destroyed first, so no hook runs on a half-gone reducer
 };
 
 template <typename M>

@@ -21,4 +21,10 @@ bool keep_freed_host_memory() {
 #endif
 }
 
+void release_freed_host_memory() {
+#if defined(__GLIBC__)
+  malloc_trim(0);
+#endif
+}
+
 }  // namespace ddp

@@ -1,5 +1,5 @@
 // defines: keep_freed_host_memory — tells glibc's malloc to keep freed memory for reuse instead of
-//          returning it to the kernel after every training step.
+//          returning it to the kernel after every training step; release_freed_host_memory.
 #pragma once
 
 namespace ddp {
@@ -11,5 +11,10 @@ namespace ddp {
 // when the user tunes malloc already (GLIBC_TUNABLES, MALLOC_*_ environment variables).
 // Returns whether the settings were applied. Called by run_main, so every program gets it.
 bool keep_freed_host_memory();
+
+// Hands the heap's free memory back to the kernel once (glibc's malloc_trim), for a one-time
+// release the policy above would keep: ZeroDataParallel calls it after moving the parameters into
+// its flat buckets, so their old storage does not stay resident. Does nothing elsewhere.
+void release_freed_host_memory();
 
 }  // namespace ddp

@@ -1,14 +1,10 @@
 #include "ddp/snapshot.h"
 
-#include <array>
-#include <cerrno>
 #include <cstdio>
-#include <cstring>
-#include <fstream>
 #include <sstream>
 
+#include "ddp/checked_file.h"
 #include "ddp/error.h"
-#include "ddp/files.h"
 
 #ifdef DDPW_HAVE_CUDA
 #include <ATen/cuda/CUDAGeneratorImpl.h>
@@ -17,38 +13,11 @@
 namespace ddp {
 namespace {
 
-// File layout: magic, version, payload size, CRC-32 of the payload, payload (a LibTorch archive).
-// LibTorch's own loader checks neither bytes nor shapes: a flipped byte or another model would load.
-// Version 2 added who wrote the file (meta/program, meta/kind, meta/dataset).
-constexpr char kMagic[8] = {'D', 'D', 'P', 'W', 'S', 'N', 'A', 'P'};
+// File layout (checked_file.h): magic, version, payload size, CRC-32 of the payload, payload (a
+// LibTorch archive). LibTorch's own loader checks neither bytes nor shapes: a flipped byte or another
+// model would load. Version 2 added who wrote the file (meta/program, meta/kind, meta/dataset).
+constexpr std::string_view kMagic = "DDPWSNAP";
 constexpr uint32_t kVersion = 2;
-constexpr size_t kHeaderSize = 8 + 4 + 8 + 4;
-
-uint32_t crc32(const std::string& data) {
-  static const auto table = [] {
-    std::array<uint32_t, 256> t{};
-    for (uint32_t i = 0; i < 256; ++i) {
-      uint32_t c = i;
-      for (int k = 0; k < 8; ++k) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-      t[i] = c;
-    }
-    return t;
-  }();
-  uint32_t c = 0xFFFFFFFFu;
-  for (unsigned char byte : data) c = table[(c ^ byte) & 0xFF] ^ (c >> 8);
-  return c ^ 0xFFFFFFFFu;
-}
-
-template <typename T>
-void put(std::string& out, T value) {
-  out.append(reinterpret_cast<const char*>(&value), sizeof value);
-}
-template <typename T>
-T take(const std::string& in, size_t offset) {
-  T value;
-  std::memcpy(&value, in.data() + offset, sizeof value);
-  return value;
-}
 
 Error snapshot_error(const std::string& path, const std::string& why) {
   return Error("snapshot '" + path + "' " + why + "; it was left untouched",
@@ -117,28 +86,16 @@ void read_model(torch::serialize::InputArchive& archive, torch::nn::Module& mode
 
 // Opens, checks and unpacks the file into an archive; nullopt if it does not exist.
 std::optional<torch::serialize::InputArchive> open_archive(const std::string& path, const torch::Device& device) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    if (!path_exists(path)) return std::nullopt;
-    throw snapshot_error(path, "cannot be read (" + std::string(std::strerror(errno)) + ")");
+  std::optional<CheckedPayload> payload;
+  try {
+    payload = read_checked_file(path, kMagic, kVersion, "snapshot");
+  } catch (const CheckedFileError& e) {
+    throw snapshot_error(path, e.what());
   }
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (bytes.size() < kHeaderSize) throw snapshot_error(path, "is truncated (" + std::to_string(bytes.size()) + " bytes)");
-  if (std::memcmp(bytes.data(), kMagic, sizeof kMagic) != 0)
-    throw snapshot_error(path, "is not a ddp-workshop snapshot (wrong magic bytes)");
-  if (take<uint32_t>(bytes, 8) != kVersion)
-    throw snapshot_error(path, "has format version " + std::to_string(take<uint32_t>(bytes, 8)) + ", expected " +
-                                   std::to_string(kVersion));
-  const auto size = take<uint64_t>(bytes, 12);
-  const auto crc = take<uint32_t>(bytes, 20);
-  if (bytes.size() - kHeaderSize != size)
-    throw snapshot_error(path, "is truncated or padded: " + std::to_string(bytes.size() - kHeaderSize) +
-                                   " bytes of data, the header says " + std::to_string(size));
-  std::string payload = bytes.substr(kHeaderSize);
-  if (crc32(payload) != crc) throw snapshot_error(path, "is corrupt (checksum mismatch)");
+  if (!payload) return std::nullopt;
   torch::serialize::InputArchive archive;
   try {
-    std::istringstream stream(payload);
+    std::istringstream stream(payload->bytes);
     archive.load_from(stream, device);
   } catch (const c10::Error& e) {
     throw snapshot_error(path, std::string("cannot be unpacked: ") + e.what_without_backtrace());
@@ -176,14 +133,7 @@ void save_snapshot(const Options& options, torch::nn::Module& model, torch::opti
 #endif
   std::ostringstream payload_stream;
   archive.save_to(payload_stream);
-  const std::string payload = payload_stream.str();
-  std::string file(kMagic, sizeof kMagic);
-  put<uint32_t>(file, kVersion);
-  put<uint64_t>(file, payload.size());
-  put<uint32_t>(file, crc32(payload));
-  file += payload;
-  // Temp file, fsync, rename: a crash at any moment leaves the old snapshot or the new one.
-  write_file_atomically(path, file, "--snapshot");
+  write_checked_file(path, kMagic, kVersion, payload_stream.str(), "--snapshot");
 }
 
 std::optional<TrainingState> load_snapshot(const Options& options, torch::nn::Module& model,

@@ -1,0 +1,56 @@
+#include "ddp/model_broadcast.h"
+
+#include "ddp/error.h"
+
+namespace ddp {
+namespace {
+
+// FNV-1a: a cheap fingerprint of the parameter names and shapes, compared across ranks.
+int64_t fingerprint(const std::vector<std::string>& names, const std::vector<torch::Tensor>& params) {
+  uint64_t h = 1469598103934665603ull;
+  auto mix = [&](const std::string& s) {
+    for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  };
+  for (size_t i = 0; i < params.size(); ++i) {
+    mix(names[i]);
+    for (int64_t d : params[i].sizes()) {
+      mix(":");
+      mix(std::to_string(d));  // (not ":" + ...: GCC 12 warns falsely on that inlined concatenation)
+    }
+    mix(";");
+  }
+  return static_cast<int64_t>(h >> 1);
+}
+
+}  // namespace
+
+void broadcast_from_rank0(torch::nn::Module& module, const std::vector<std::string>& names,
+                          const std::vector<torch::Tensor>& params, ProcessGroup& pg, bool with_buffers) {
+  torch::NoGradGuard no_grad;  // in-place writes into leaves that require grad
+  auto mine = torch::tensor({static_cast<int64_t>(params.size()), fingerprint(names, params)}, torch::kInt64)
+                  .to(params[0].device());
+  auto root = mine.clone();
+  std::vector<torch::Tensor> meta{root};
+  pg.broadcast(meta, 0, "model check (broadcast of rank 0's parameter shapes)");
+  auto mismatch = torch::ne(root, mine).any().to(torch::kInt64).reshape({1});
+  pg.allreduce_sum(mismatch, "model check (agreement of all ranks)");
+  DDP_CHECK(mismatch.item<int64_t>() == 0,
+            "the ranks hold different models (parameter names or shapes differ from rank 0's)",
+            "every rank must build the same model with the same options");
+
+  std::vector<torch::Tensor> state = params;
+  if (with_buffers)
+    for (const auto& b : module.buffers(/*recurse=*/true)) state.push_back(b);
+  std::vector<c10::intrusive_ptr<c10d::Work>> works;
+  std::vector<std::vector<torch::Tensor>> inputs;
+  inputs.reserve(state.size());
+  for (auto& t : state) {
+    inputs.push_back({t});
+    c10d::BroadcastOptions bo;
+    bo.rootRank = 0;
+    works.push_back(pg.backend().broadcast(inputs.back(), bo));
+  }
+  for (auto& w : works) pg.wait(w, "initial broadcast of parameters from rank 0");
+}
+
+}  // namespace ddp

@@ -1,0 +1,20 @@
+// defines: broadcast_from_rank0 — how wrapping a model for data parallelism starts: check that every
+//          rank built the same model (parameter names and shapes, against rank 0's: a different layer
+//          size would otherwise hang or corrupt), then give every rank rank 0's parameters (and
+//          buffers), since ranks may start from different random weights.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <string>
+#include <vector>
+
+#include "ddp/process_group.h"
+
+namespace ddp {
+
+// `names` and `params` are the module's trainable parameters, in registration order.
+void broadcast_from_rank0(torch::nn::Module& module, const std::vector<std::string>& names,
+                          const std::vector<torch::Tensor>& params, ProcessGroup& pg, bool with_buffers);
+
+}  // namespace ddp

@@ -1,0 +1,43 @@
+#include "ddp/multi_tensor_adam.h"
+
+#include <cmath>
+#include <vector>
+
+#include "ddp/error.h"
+
+namespace ddp {
+
+AdamOptions adam_options(const AdamConfig& c) {
+  return {c.lr, c.beta1, c.beta2, c.eps, c.weight_decay, c.decoupled_weight_decay};
+}
+
+void adam_step(torch::TensorList params, torch::TensorList grads, torch::TensorList exp_avgs,
+               torch::TensorList exp_avg_sqs, int64_t step, const AdamOptions& o) {
+  DDP_CHECK(params.size() == grads.size() && params.size() == exp_avgs.size() && params.size() == exp_avg_sqs.size(),
+            "adam_step needs as many gradients and moments as parameters", "report this");
+  DDP_CHECK(step >= 1, "adam_step counts steps from 1", "report this");
+  if (params.empty()) return;
+  torch::NoGradGuard no_grad;
+  // torch.optim.AdamW (foreach): decay, moments, bias corrections as Python floats, update.
+  std::vector<torch::Tensor> g = grads.vec();
+  if (o.weight_decay != 0) {
+    if (o.decoupled_weight_decay)
+      torch::_foreach_mul_(params, 1 - o.lr * o.weight_decay);
+    else
+      g = torch::_foreach_add(grads, params, o.weight_decay);  // L2: a new list, .grad stays as it is
+  }
+  torch::_foreach_lerp_(exp_avgs, g, 1 - o.beta1);
+  torch::_foreach_mul_(exp_avg_sqs, o.beta2);
+  torch::_foreach_addcmul_(exp_avg_sqs, g, g, 1 - o.beta2);
+  const double t = static_cast<double>(step);
+  const double bias_correction1 = 1 - std::pow(o.beta1, t);
+  const double bias_correction2 = 1 - std::pow(o.beta2, t);
+  const double step_size = (o.lr / bias_correction1) * -1;
+  const double bias_correction2_sqrt = std::pow(bias_correction2, 0.5);  // Python's bc ** 0.5
+  auto denom = torch::_foreach_sqrt(exp_avg_sqs);
+  torch::_foreach_div_(denom, bias_correction2_sqrt);
+  torch::_foreach_add_(denom, o.eps);
+  torch::_foreach_addcdiv_(params, exp_avgs, denom, step_size);
+}
+
+}  // namespace ddp

@@ -1,0 +1,69 @@
+#include "ddp/sharded_adamw.h"
+
+#include <cmath>
+
+#include "ddp/error.h"
+
+namespace ddp {
+
+ShardedAdamW::ShardedAdamW(std::shared_ptr<ZeroReducer> reducer, AdamOptions options)
+    : reducer_(std::move(reducer)), options_(options) {
+  DDP_CHECK(reducer_, "ShardedAdamW needs a ZeroDataParallel model", "wrap the model first");
+  // Allocated up front (torch allocates at the first step): the state's size shows from the start.
+  for (const auto& shard : reducer_->parameter_shards()) {
+    exp_avg_.push_back(torch::zeros_like(shard));
+    exp_avg_sq_.push_back(torch::zeros_like(shard));
+  }
+}
+
+void ShardedAdamW::zero_grad(bool set_to_none) { reducer_->clear_gradients(set_to_none); }
+
+double ShardedAdamW::clip_grad_norm(double max_norm) {
+  DDP_CHECK(reducer_->has_gradients(), "clip_grad_norm() without a synchronized backward pass since zero_grad()",
+            "call loss.backward() outside no_sync() first");
+  torch::NoGradGuard no_grad;
+  auto grads = reducer_->gradient_shards();
+  // Sum of squares of this rank's slices (padding is zero), then the sum over all ranks.
+  auto norms = torch::_foreach_norm(grads, 2);
+  auto squares = torch::zeros({1}, grads[0].options().dtype(torch::kFloat64));
+  for (const auto& n : norms) squares += n.to(torch::kFloat64).pow(2);
+  reducer_->process_group().allreduce_sum(squares, "allreduce of the gradient norm (gradient clipping)");
+  const double norm = std::sqrt(squares.item<double>());
+  if (max_norm > 0) {
+    const double coefficient = max_norm / (norm + 1e-6);
+    if (coefficient < 1) torch::_foreach_mul_(grads, coefficient);
+  }
+  return norm;
+}
+
+void ShardedAdamW::step() {
+  DDP_CHECK(reducer_->has_gradients(), "ShardedAdamW::step() without a synchronized backward pass since zero_grad()",
+            "call loss.backward() outside no_sync() before step(): only a synchronized pass reduces the gradients");
+  ++steps_;
+  // In groups of about one bucket: adam_step's temporaries (the denominators) are then a bucket's
+  // size, not the whole shard's (torch.optim's foreach AdamW allocates them for every parameter at once).
+  const auto params = reducer_->parameter_shards(), grads = reducer_->gradient_shards();
+  const auto cap = static_cast<int64_t>(reducer_->options().bucket_mb * 1024 * 1024);
+  size_t first = 0;
+  int64_t bytes = 0;
+  for (size_t k = 0; k < params.size(); ++k) {
+    bytes += static_cast<int64_t>(params[k].nbytes());
+    if (bytes < cap && k + 1 < params.size()) continue;
+    const auto group = [&](const std::vector<torch::Tensor>& v) {
+      return std::vector<torch::Tensor>(v.begin() + first, v.begin() + k + 1);
+    };
+    adam_step(group(params), group(grads), group(exp_avg_), group(exp_avg_sq_), steps_, options_);
+    first = k + 1;
+    bytes = 0;
+  }
+  reducer_->all_gather_parameters();
+}
+
+int64_t ShardedAdamW::state_bytes() const {
+  int64_t bytes = 0;
+  for (const auto& t : exp_avg_) bytes += static_cast<int64_t>(t.nbytes());
+  for (const auto& t : exp_avg_sq_) bytes += static_cast<int64_t>(t.nbytes());
+  return bytes;
+}
+
+}  // namespace ddp

@@ -1,0 +1,63 @@
+// defines: ShardedAdamW — ZeRO's optimizer: Adam/AdamW (ddp::adam_step, multi-tensor) on this rank's
+//          slice of every bucket of a ZeroDataParallel model. Each rank keeps only its 1/N of the
+//          moments (exp_avg, exp_avg_sq), updates only its slice of the parameters, then all-gathers
+//          the slices so every rank holds the whole model again. Gradient clipping takes the norm of
+//          all gradients together, summed over all ranks' slices, as DeepSpeed's gradient_clipping.
+//
+//   ddp::ZeroDataParallel<Net> model(net, pg, {.stage = 2});
+//   ddp::ShardedAdamW optimizer(model, ddp::AdamOptions{.lr = 1e-3});
+//   optimizer.zero_grad();
+//   loss_fn(model->forward(x), y).backward();   // stage 2: buckets reduce-scattered during backward
+//   optimizer.clip_grad_norm(1.0);
+//   optimizer.step();                             // my slice, then the all-gather
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "ddp/multi_tensor_adam.h"
+#include "ddp/zero_data_parallel.h"
+
+namespace ddp {
+
+class ShardedAdamW {
+ public:
+  ShardedAdamW(std::shared_ptr<ZeroReducer> reducer, AdamOptions options);
+  template <typename M>
+  ShardedAdamW(ZeroDataParallel<M>& model, AdamOptions options) : ShardedAdamW(model.reducer(), options) {}
+
+  // Gradients to none (or zero), as torch::optim::Optimizer::zero_grad.
+  void zero_grad(bool set_to_none = true);
+  // The L2 norm of all gradients (every rank's slice), the same on every rank; if it exceeds
+  // max_norm, every gradient slice is scaled by max_norm / (norm + 1e-6), as
+  // torch.nn.utils.clip_grad_norm_. max_norm <= 0: only measures. A collective: all ranks call it.
+  double clip_grad_norm(double max_norm);
+  // One Adam/AdamW step on this rank's slices, then the all-gather of the parameters. Needs a
+  // synchronized backward since zero_grad(). A collective: all ranks call it.
+  void step();
+
+  double lr() const { return options_.lr; }
+  void set_lr(double lr) { options_.lr = lr; }  // what a schedule (ddp::WarmupLR) calls before step()
+  const AdamOptions& options() const { return options_; }
+  int64_t steps_taken() const { return steps_; }
+
+  // This rank's optimizer state in bytes, measured from the tensors (the moments' slices).
+  int64_t state_bytes() const;
+
+  // For sharded snapshots: the moments' slices (one per bucket) and the step count.
+  std::vector<torch::Tensor>& exp_avg_shards() { return exp_avg_; }
+  std::vector<torch::Tensor>& exp_avg_sq_shards() { return exp_avg_sq_; }
+  void set_steps_taken(int64_t steps) { steps_ = steps; }
+  ZeroReducer& reducer() { return *reducer_; }
+
+ private:
+  std::shared_ptr<ZeroReducer> reducer_;
+  AdamOptions options_;
+  std::vector<torch::Tensor> exp_avg_, exp_avg_sq_;
+  int64_t steps_ = 0;
+};
+
+}  // namespace ddp

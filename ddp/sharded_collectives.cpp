@@ -1,0 +1,67 @@
+#include "ddp/sharded_collectives.h"
+
+#include "ddp/error.h"
+
+namespace ddp {
+
+ReduceScatter::ReduceScatter(ProcessGroup& pg, const torch::Tensor& input, const torch::Tensor& output, bool accumulate)
+    : pg_(&pg), input_(input), output_(output), accumulate_(accumulate) {
+  const int64_t n = pg.size();
+  DDP_CHECK(input.numel() == n * output.numel(), "reduce-scatter: the input must hold world size x output elements",
+            "report this");
+  if (n == 1) return;  // nothing to exchange: finish() copies
+  if (pg.backend_name() == "nccl") {
+    // NCCL reduces straight into the output unless the result is to be added to it.
+    received_ = accumulate ? torch::empty_like(output) : output;
+    c10d::ReduceScatterOptions options;
+    options.reduceOp = c10d::ReduceOp::SUM;
+    work_ = pg.backend()._reduce_scatter_base(received_, input_, options);
+  } else {
+    // Gloo: slice j of every rank lands in row j of this rank's [N, S] buffer; finish() sums the rows.
+    received_ = torch::empty_like(input);
+    std::vector<int64_t> output_splits, input_splits;  // empty: N equal slices
+    c10d::AllToAllOptions options;
+    work_ = pg.backend().alltoall_base(received_, input_, output_splits, input_splits, options);
+  }
+}
+
+void ReduceScatter::finish(const std::string& what) {
+  if (!pg_) return;
+  torch::NoGradGuard no_grad;
+  const int64_t n = pg_->size();
+  if (n == 1) {
+    if (accumulate_)
+      output_.add_(input_);
+    else
+      output_.copy_(input_);
+  } else {
+    pg_->wait(work_, what);
+    if (pg_->backend_name() == "nccl") {
+      if (accumulate_) output_.add_(received_);
+    } else {
+      const auto rows = received_.view({n, -1});
+      if (accumulate_)
+        output_.add_(rows.sum(0));
+      else
+        torch::sum_out(output_, rows, 0);
+    }
+  }
+  *this = ReduceScatter();  // releases the buffers
+}
+
+void all_gather_slices(ProcessGroup& pg, std::vector<torch::Tensor>& flats, const std::string& what) {
+  const int64_t n = pg.size();
+  if (n == 1) return;
+  std::vector<c10::intrusive_ptr<c10d::Work>> works;
+  std::vector<torch::Tensor> inputs;
+  for (auto& flat : flats) {
+    const int64_t slice = flat.numel() / n;
+    // In place: this rank's slice is the input. NCCL allows it; Gloo gathers into a buffer of its
+    // own and copies the result back afterwards, so its input is never overwritten while it reads.
+    inputs.push_back(flat.narrow(0, pg.rank() * slice, slice));
+    works.push_back(pg.backend()._allgather_base(flat, inputs.back()));
+  }
+  for (auto& w : works) pg.wait(w, what);
+}
+
+}  // namespace ddp

@@ -1,0 +1,481 @@
+#include "ddp/sharded_snapshot.h"
+
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>  // defines: the manifest (ordered_json keeps its keys in writing order)
+#include <set>
+#include <sstream>
+
+#include "ddp/checked_file.h"
+#include "ddp/error.h"
+#include "ddp/files.h"
+
+#ifdef DDPW_HAVE_CUDA
+#include <ATen/cuda/CUDAGeneratorImpl.h>
+#endif
+
+namespace ddp {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+constexpr std::string_view kShardMagic = "DDPWSHRD";
+constexpr uint32_t kShardVersion = 1;
+constexpr const char* kFormat = "ddp-workshop sharded snapshot";
+constexpr int64_t kManifestVersion = 1;
+
+Error sharded_error(const std::string& path, const std::string& why) {
+  return Error("sharded snapshot '" + path + "' " + why + "; it was left untouched",
+               "restore the missing or damaged file, or start again with --fresh (or another --snapshot path)");
+}
+
+std::string shard_name(const std::string& path, int64_t generation, int rank, int world) {
+  return base_name(path) + ".g" + std::to_string(generation) + ".rank" + std::to_string(rank) + "-of-" +
+         std::to_string(world);
+}
+
+std::string beside(const std::string& path, const std::string& name) { return parent_dir(path) + "/" + name; }
+
+std::string hex32(uint32_t v) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "%08x", v);
+  return buf;
+}
+
+// The bucket layout: which parameter sits where in which bucket. Equal layouts (same world size,
+// same buckets) let a rank read back only its own shard.
+Json layout_of(const ZeroReducer& r) {
+  Json buckets = Json::array();
+  for (const auto& b : r.buckets()) {
+    Json members = Json::array();
+    for (size_t s = 0; s < b.plan.params.size(); ++s) members.push_back(Json::array({b.plan.params[s], b.plan.offsets[s]}));
+    buckets.push_back({{"numel", b.plan.numel}, {"padded_numel", b.padded_numel}, {"members", members}});
+  }
+  return buckets;
+}
+
+Json parameters_of(const std::vector<std::string>& names, const std::vector<torch::Tensor>& params) {
+  Json list = Json::array();
+  for (size_t i = 0; i < params.size(); ++i)
+    list.push_back({{"name", names[i]}, {"shape", params[i].sizes().vec()}, {"dtype", std::string(c10::toString(params[i].scalar_type()))}});
+  return list;
+}
+
+struct ShardEntry {
+  int rank = 0;
+  std::string file;  // beside the manifest
+  uint64_t bytes = 0;
+  uint32_t crc = 0;
+};
+
+struct Manifest {
+  Json json;
+  int64_t generation = 0;
+  int world_size = 0;
+  std::vector<ShardEntry> shards;  // by rank
+  TrainingState training;
+  int64_t steps_taken = 0;         // optimizer steps: Adam's bias correction needs it
+  std::vector<std::string> buffers;
+};
+
+// nullopt when there is no manifest; a sharded_error when it cannot be used.
+std::optional<Manifest> read_manifest(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    if (!path_exists(path)) return std::nullopt;
+    throw sharded_error(path, "cannot be read (" + std::string(std::strerror(errno)) + ")");
+  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  const std::string s = text.str();
+  if (s.rfind("DDPWSNAP", 0) == 0)
+    throw sharded_error(path, "is a plain snapshot (written without ZeRO), not a sharded one");
+  Manifest m;
+  try {
+    m.json = Json::parse(s);
+    if (!m.json.is_object() || m.json.value("format", std::string()) != kFormat)
+      throw sharded_error(path, "is not the manifest of a ddp-workshop sharded snapshot");
+    if (m.json.at("version").get<int64_t>() != kManifestVersion)
+      throw sharded_error(path, "has manifest version " + m.json.at("version").dump() + ", expected " +
+                                     std::to_string(kManifestVersion));
+    m.generation = m.json.at("generation").get<int64_t>();
+    m.world_size = m.json.at("world_size").get<int>();
+    for (const auto& e : m.json.at("shards")) {
+      ShardEntry shard;
+      shard.rank = e.at("rank").get<int>();
+      shard.file = e.at("file").get<std::string>();
+      shard.bytes = e.at("bytes").get<uint64_t>();
+      shard.crc = static_cast<uint32_t>(std::stoul(e.at("crc32").get<std::string>(), nullptr, 16));
+      m.shards.push_back(shard);
+    }
+    const auto& t = m.json.at("training");
+    m.training.epochs_run = t.at("epochs_run").get<int64_t>();
+    m.training.step_in_epoch = t.at("step_in_epoch").get<int64_t>();
+    m.training.world_size = t.at("world_size").get<int64_t>();
+    m.steps_taken = m.json.at("optimizer").at("steps_taken").get<int64_t>();
+    m.buffers = m.json.at("buffers").get<std::vector<std::string>>();
+    for (const auto& p : m.json.at("parameters")) {  // read now: a malformed entry fails here, not later
+      (void)p.at("name").get<std::string>();
+      (void)p.at("shape").get<std::vector<int64_t>>();
+    }
+    for (const auto& b : m.json.at("buckets")) {
+      (void)b.at("padded_numel").get<int64_t>();
+      for (const auto& member : b.at("members")) (void)member.at(0).get<size_t>(), (void)member.at(1).get<int64_t>();
+    }
+  } catch (const Json::exception& e) {
+    throw sharded_error(path, std::string("is not a readable manifest (") + e.what() + ")");
+  } catch (const std::logic_error& e) {  // stoul
+    throw sharded_error(path, std::string("is not a readable manifest (") + e.what() + ")");
+  }
+  if (m.world_size < 1 || m.shards.size() != static_cast<size_t>(m.world_size))
+    throw sharded_error(path, "lists " + std::to_string(m.shards.size()) + " shards for " +
+                                   std::to_string(m.world_size) + " ranks");
+  for (int r = 0; r < m.world_size; ++r)
+    if (m.shards[r].rank != r) throw sharded_error(path, "lists its shards out of rank order");
+  return m;
+}
+
+// One shard, read back and checked against the manifest.
+struct ShardContents {
+  std::vector<torch::Tensor> params, exp_avg, exp_avg_sq;  // one slice per bucket of the saved layout
+  torch::Tensor rng_cpu, rng_cuda;
+  std::map<std::string, torch::Tensor> buffers;  // rank 0's shard only
+};
+
+ShardContents read_shard(const std::string& path, const Manifest& m, int rank, const torch::Device& device) {
+  const ShardEntry& entry = m.shards.at(rank);
+  const std::string file = beside(path, entry.file);
+  const std::string who = "shard '" + file + "' (rank " + std::to_string(rank) + " of " + std::to_string(m.world_size) + ")";
+  std::optional<CheckedPayload> payload;
+  try {
+    payload = read_checked_file(file, kShardMagic, kShardVersion, "snapshot shard");
+  } catch (const CheckedFileError& e) {
+    throw sharded_error(path, "has a " + who + " that " + e.what());
+  }
+  if (!payload) throw sharded_error(path, "lists a " + who + " that is missing");
+  if (payload->crc != entry.crc)
+    throw sharded_error(path, "has a " + who + " with checksum " + hex32(payload->crc) + " where the manifest lists " +
+                                   hex32(entry.crc) + ": it belongs to another save");
+  torch::serialize::InputArchive archive;
+  try {
+    std::istringstream stream(payload->bytes);
+    archive.load_from(stream, device);
+  } catch (const c10::Error& e) {
+    throw sharded_error(path, "has a " + who + " that cannot be unpacked: " + e.what_without_backtrace());
+  }
+  ShardContents c;
+  const auto& buckets = m.json.at("buckets");
+  for (size_t k = 0; k < buckets.size(); ++k) {
+    const int64_t slice = buckets[k].at("padded_numel").get<int64_t>() / m.world_size;
+    for (auto [name, list] : {std::pair{"params", &c.params}, {"exp_avg", &c.exp_avg}, {"exp_avg_sq", &c.exp_avg_sq}}) {
+      torch::Tensor t;
+      const std::string key = "bucket/" + std::to_string(k) + "/" + name;
+      if (!archive.try_read(key, t) || t.dim() != 1 || t.numel() != slice)
+        throw sharded_error(path, "has a " + who + " without a " + std::to_string(slice) + "-element '" + key + "'");
+      list->push_back(t);
+    }
+  }
+  archive.try_read("rng/cpu", c.rng_cpu);
+  archive.try_read("rng/cuda", c.rng_cuda);
+  if (rank == 0)
+    for (const auto& name : m.buffers) {
+      torch::Tensor t;
+      if (!archive.try_read("buffer/" + name, t, /*is_buffer=*/true))
+        throw sharded_error(path, "has a " + who + " without the buffer '" + name + "'");
+      c.buffers[name] = t;
+    }
+  return c;
+}
+
+std::vector<std::string> buffer_names(torch::nn::Module& module) {
+  std::vector<std::string> names;
+  for (const auto& b : module.named_buffers(true)) names.push_back(b.key());
+  return names;
+}
+
+// The model must be the one the snapshot was written by: names and shapes, in order.
+void check_model(const std::string& path, const Manifest& m, const std::vector<std::string>& names,
+                 const std::vector<torch::Tensor>& params, torch::nn::Module& module) {
+  const auto& saved = m.json.at("parameters");
+  if (saved.size() != params.size())
+    throw sharded_error(path, "holds " + std::to_string(saved.size()) + " parameters, the model has " +
+                                   std::to_string(params.size()) + ": it was written by another model");
+  for (size_t i = 0; i < params.size(); ++i) {
+    const auto shape = saved[i].at("shape").get<std::vector<int64_t>>();
+    if (saved[i].at("name").get<std::string>() != names[i] || shape != params[i].sizes().vec())
+      throw sharded_error(path, "holds '" + saved[i].at("name").get<std::string>() + "' of shape " +
+                                     c10::str(c10::IntArrayRef(shape)) + " where the model has '" + names[i] +
+                                     "' of shape " + c10::str(params[i].sizes()) + ": it was written by another model");
+  }
+  if (m.buffers != buffer_names(module))
+    throw sharded_error(path, "holds other buffers than the model's: it was written by another model");
+}
+
+// The full tensors (per parameter) of one field of the saved state, from all shards: each saved
+// bucket is the concatenation of its slices, each parameter a piece of its bucket.
+std::vector<torch::Tensor> reassemble(const Manifest& m, const std::vector<ShardContents>& shards,
+                                      std::vector<torch::Tensor> ShardContents::*field,
+                                      const std::vector<torch::Tensor>& like) {
+  std::vector<torch::Tensor> full(like.size());
+  const auto& buckets = m.json.at("buckets");
+  for (size_t k = 0; k < buckets.size(); ++k) {
+    std::vector<torch::Tensor> slices;
+    for (const auto& s : shards) slices.push_back((s.*field)[k]);
+    const auto flat = torch::cat(slices);
+    for (const auto& member : buckets[k].at("members")) {
+      const auto p = member[0].get<size_t>();
+      const auto offset = member[1].get<int64_t>();
+      full.at(p) = flat.narrow(0, offset, like[p].numel()).view(like[p].sizes());
+    }
+  }
+  return full;
+}
+
+// This rank's slice of every bucket of the current layout, cut from full per-parameter tensors.
+std::vector<torch::Tensor> slices_of(const ZeroReducer& r, int rank, const std::vector<torch::Tensor>& full) {
+  std::vector<torch::Tensor> out;
+  for (const auto& b : r.buckets()) {
+    auto flat = torch::zeros({b.padded_numel}, b.params.options());
+    for (size_t s = 0; s < b.plan.params.size(); ++s) {
+      const auto& t = full.at(b.plan.params[s]);
+      flat.narrow(0, b.plan.offsets[s], t.numel()).copy_(t.reshape({-1}));
+    }
+    out.push_back(flat.narrow(0, rank * b.shard_numel, b.shard_numel));
+  }
+  return out;
+}
+
+void set_rng(const ShardContents& c, const torch::Device& device) {
+  if (c.rng_cpu.defined()) {
+    at::Generator cpu = at::detail::getDefaultCPUGenerator();  // a handle: setting it sets the global one
+    cpu.set_state(c.rng_cpu.cpu());
+  }
+#ifdef DDPW_HAVE_CUDA
+  if (device.is_cuda() && c.rng_cuda.defined()) {
+    at::Generator cuda = at::cuda::detail::getDefaultCUDAGenerator(device.index());
+    cuda.set_state(c.rng_cuda.cpu());
+  }
+#else
+  (void)device;
+#endif
+}
+
+// What every rank found, on every rank: the first problem any rank had becomes everybody's error.
+// Messages travel as "what\nhint".
+void agree(ProcessGroup& pg, const std::optional<Error>& mine) {
+  const auto all = pg.all_gather_strings(mine ? std::string(mine->what()) + "\n" + mine->hint() : "ok");
+  std::string what, hint;
+  std::set<std::string> seen;
+  for (size_t r = 0; r < all.size(); ++r) {
+    if (all[r] == "ok") continue;
+    const auto cut = all[r].find('\n');
+    const std::string w = all[r].substr(0, cut);
+    if (!seen.insert(w).second) continue;
+    what += (what.empty() ? "" : "; ") + std::string("rank ") + std::to_string(r) + ": " + w;
+    if (hint.empty() && cut != std::string::npos) hint = all[r].substr(cut + 1);
+  }
+  if (!what.empty()) throw Error(what, hint);
+}
+
+template <typename F>
+std::optional<Error> attempt(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e;
+  } catch (const std::exception& e) {
+    return Error(e.what());
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+void save_sharded_snapshot(const std::string& path, ShardedAdamW& optimizer, const TrainingState& state) {
+  ZeroReducer& r = optimizer.reducer();
+  ProcessGroup& pg = r.process_group();
+  const int rank = pg.rank(), world = pg.size();
+
+  // The generation after the current manifest's (rank 0 reads it; a broken one counts as none).
+  std::optional<Manifest> previous;
+  if (rank == 0) attempt([&] { previous = read_manifest(path); });
+  auto generation = torch::tensor({previous ? previous->generation + 1 : int64_t{1}}, torch::kInt64).to(pg.device());
+  std::vector<torch::Tensor> message{generation};
+  pg.broadcast(message, 0, "sharded snapshot (generation number)");
+  const int64_t gen = generation.item<int64_t>();
+
+  // Every rank writes its shard.
+  const std::string my_file = shard_name(path, gen, rank, world);
+  std::string written;  // "<bytes> <crc>"
+  auto problem = attempt([&] {
+    torch::serialize::OutputArchive archive;
+    const auto params = r.parameter_shards();
+    for (size_t k = 0; k < params.size(); ++k) {
+      const std::string b = "bucket/" + std::to_string(k) + "/";
+      archive.write(b + "params", params[k].clone());  // a slice would save the whole bucket's storage
+      archive.write(b + "exp_avg", optimizer.exp_avg_shards()[k]);
+      archive.write(b + "exp_avg_sq", optimizer.exp_avg_sq_shards()[k]);
+    }
+    archive.write("rng/cpu", at::detail::getDefaultCPUGenerator().get_state());
+#ifdef DDPW_HAVE_CUDA
+    const auto device = r.parameters()[0].device();
+    if (device.is_cuda()) archive.write("rng/cuda", at::cuda::detail::getDefaultCUDAGenerator(device.index()).get_state());
+#endif
+    if (rank == 0)
+      for (const auto& b : r.module().named_buffers(true)) archive.write("buffer/" + b.key(), b.value(), /*is_buffer=*/true);
+    std::ostringstream stream;
+    archive.save_to(stream);
+    const std::string payload = stream.str();
+    write_checked_file(beside(path, my_file), kShardMagic, kShardVersion, payload, "--snapshot");
+    written = std::to_string(payload.size() + 24) + " " + std::to_string(crc32(payload));
+  });
+  if (problem)
+    problem = Error("rank " + std::to_string(rank) + " could not write its snapshot shard: " + problem->what(),
+                    problem->hint());
+  const auto reports = pg.all_gather_strings(problem ? "-" : written);
+  agree(pg, problem);  // a rank that failed: every rank stops here, the previous snapshot stays
+
+  // Rank 0 publishes the manifest (the commit point), then removes the previous generation's shards.
+  std::optional<Error> commit;
+  if (rank == 0) {
+    commit = attempt([&] {
+      Json manifest;
+      manifest["format"] = kFormat;
+      manifest["version"] = kManifestVersion;
+      manifest["generation"] = gen;
+      manifest["world_size"] = world;
+      manifest["zero_stage"] = r.stage();
+      manifest["training"] = {{"epochs_run", state.epochs_run}, {"step_in_epoch", state.step_in_epoch},
+                              {"world_size", state.world_size}};
+      const auto& o = optimizer.options();
+      manifest["optimizer"] = {{"type", o.decoupled_weight_decay ? "AdamW" : "Adam"},
+                               {"steps_taken", optimizer.steps_taken()},
+                               {"lr", o.lr},
+                               {"betas", {o.beta1, o.beta2}},
+                               {"eps", o.eps},
+                               {"weight_decay", o.weight_decay}};
+      manifest["parameters"] = parameters_of(r.parameter_names(), r.parameters());
+      manifest["buffers"] = buffer_names(r.module());
+      manifest["buckets"] = layout_of(r);
+      Json shards = Json::array();
+      for (int k = 0; k < world; ++k) {
+        std::istringstream report(reports[k]);
+        uint64_t bytes = 0;
+        uint32_t crc = 0;
+        report >> bytes >> crc;
+        shards.push_back({{"rank", k}, {"file", shard_name(path, gen, k, world)}, {"bytes", bytes}, {"crc32", hex32(crc)}});
+      }
+      manifest["shards"] = shards;
+      write_file_atomically(path, manifest.dump(2) + "\n", "--snapshot");
+    });
+    if (!commit && previous)
+      for (const auto& old : previous->shards)
+        if (old.file.rfind(base_name(path) + ".g" + std::to_string(gen) + ".", 0) != 0)
+          std::remove(beside(path, old.file).c_str());
+  }
+  agree(pg, commit);
+}
+
+std::optional<TrainingState> load_sharded_snapshot(const std::string& path, ShardedAdamW& optimizer) {
+  ZeroReducer& r = optimizer.reducer();
+  ProcessGroup& pg = r.process_group();
+  const int rank = pg.rank(), world = pg.size();
+  const auto device = r.parameters()[0].device();
+
+  // Every rank reads the manifest; all must see the same one (a folder not shared would differ).
+  std::optional<Manifest> m;
+  auto problem = attempt([&] {
+    m = read_manifest(path);
+    if (m) check_model(path, *m, r.parameter_names(), r.parameters(), r.module());
+  });
+  const auto seen = pg.all_gather_strings(problem ? "error" : m ? "generation " + std::to_string(m->generation) : "none");
+  agree(pg, problem);
+  for (const auto& s : seen)
+    if (s != seen[0])
+      throw Error("the ranks see different sharded snapshots at '" + path + "' (rank 0: " + seen[0] + ", another: " + s + ")",
+                  "put --snapshot on a filesystem that every node shares");
+  if (!m) return std::nullopt;
+
+  // Read (and check) before changing anything; then every rank agrees before anyone changes.
+  const bool same_layout = m->world_size == world && m->json.at("buckets") == layout_of(r);  // (checked on reading)
+  std::vector<torch::Tensor> params, exp_avg, exp_avg_sq;  // this rank's slices, current layout
+  bool params_whole = false;  // resharding gives every rank all parameters: no all-gather needed
+  ShardContents mine;
+  problem = attempt([&] {
+    if (same_layout) {
+      mine = read_shard(path, *m, rank, device);
+      params = mine.params, exp_avg = mine.exp_avg, exp_avg_sq = mine.exp_avg_sq;
+      return;
+    }
+    std::vector<ShardContents> all;
+    for (int k = 0; k < m->world_size; ++k) all.push_back(read_shard(path, *m, k, device));
+    const auto& like = r.parameters();
+    auto full_params = reassemble(*m, all, &ShardContents::params, like);
+    params = full_params;  // whole parameters, copied below
+    params_whole = true;
+    exp_avg = slices_of(r, rank, reassemble(*m, all, &ShardContents::exp_avg, like));
+    exp_avg_sq = slices_of(r, rank, reassemble(*m, all, &ShardContents::exp_avg_sq, like));
+    auto buffers = std::move(all[0].buffers);  // rank 0's shard holds them
+    mine = std::move(all[rank < m->world_size ? rank : 0]);  // its RNG state: this rank's if it had one
+    mine.buffers = std::move(buffers);
+  });
+  agree(pg, problem);
+
+  {
+    torch::NoGradGuard no_grad;
+    if (params_whole) {
+      for (size_t i = 0; i < params.size(); ++i) r.parameters()[i].copy_(params[i]);
+    } else {
+      auto slices = r.parameter_shards();
+      for (size_t k = 0; k < slices.size(); ++k) slices[k].copy_(params[k]);
+    }
+    for (size_t k = 0; k < exp_avg.size(); ++k) {
+      optimizer.exp_avg_shards()[k].copy_(exp_avg[k]);
+      optimizer.exp_avg_sq_shards()[k].copy_(exp_avg_sq[k]);
+    }
+    if (rank == 0)
+      for (auto& b : r.module().named_buffers(true)) b.value().copy_(mine.buffers.at(b.key()));
+  }
+  if (!params_whole) r.all_gather_parameters();
+  if (world > 1) {  // rank 0's buffers to all (they are in rank 0's shard only)
+    std::vector<torch::Tensor> buffers = r.module().buffers(true);
+    for (auto& b : buffers) {
+      std::vector<torch::Tensor> one{b};
+      pg.broadcast(one, 0, "sharded snapshot (buffers from rank 0)");
+    }
+  }
+  set_rng(mine, device);
+  optimizer.set_steps_taken(m->steps_taken);
+
+  TrainingState state = m->training;
+  if (state.world_size != world && state.step_in_epoch > 0) {
+    if (rank == 0)
+      std::fprintf(stderr, "warning: sharded snapshot '%s' was taken by %lld rank(s) at step %lld of epoch %lld; with %d "
+                   "rank(s) the data shards differ, so epoch %lld restarts from its first step\n", path.c_str(),
+                   static_cast<long long>(state.world_size), static_cast<long long>(state.step_in_epoch),
+                   static_cast<long long>(state.epochs_run), world, static_cast<long long>(state.epochs_run));
+    state.step_in_epoch = 0;
+  }
+  return state;
+}
+
+void load_sharded_model_weights(const std::string& path, torch::nn::Module& model) {
+  auto m = read_manifest(path);
+  if (!m) throw Error("sharded snapshot '" + path + "' does not exist", "train first, or check the path");
+  std::vector<std::string> names;
+  std::vector<torch::Tensor> params;
+  for (const auto& item : model.named_parameters(true))
+    if (item.value().requires_grad()) names.push_back(item.key()), params.push_back(item.value());
+  check_model(path, *m, names, params, model);
+  const auto device = params.empty() ? torch::Device(torch::kCPU) : params[0].device();
+  std::vector<ShardContents> all;
+  for (int k = 0; k < m->world_size; ++k) all.push_back(read_shard(path, *m, k, device));
+  const auto full = reassemble(*m, all, &ShardContents::params, params);
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < params.size(); ++i) params[i].copy_(full[i]);
+  for (auto& b : model.named_buffers(true)) b.value().copy_(all[0].buffers.at(b.key()));
+}
+
+}  // namespace ddp

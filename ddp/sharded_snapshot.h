@@ -1,0 +1,40 @@
+// defines: save_sharded_snapshot / load_sharded_snapshot — the snapshots of ZeRO training, where no
+//          rank holds the whole optimizer state.
+//   * Each rank writes its shard: its slice of every bucket of the parameters and of Adam's moments,
+//     and its RNG state (rank 0 also the module's buffers), as a checked file (atomic, CRC-32).
+//   * Rank 0 then writes the manifest at `path` (JSON, readable): the training state, the step
+//     count, the model's parameters, the bucket layout, and every shard with its size and CRC-32.
+//     Shards carry a generation number in their names and the manifest is replaced last: a crash
+//     at any moment leaves the previous snapshot whole (its shards go only after the new manifest).
+//   * Resuming with the same world size and buckets, a rank reads only its own shard and the
+//     parameters are all-gathered: exact. With another world size (or bucket size) every rank reads
+//     all shards, reassembles the full state and takes its new slice.
+//   * A missing, truncated, corrupt or foreign shard (one another save wrote) is refused on every
+//     rank with a message that names it; nothing is changed then.
+// The folder of `path` must be shared by all ranks (as for the plain snapshot).
+#pragma once
+
+#include <torch/torch.h>
+
+#include <optional>
+#include <string>
+
+#include "ddp/sharded_adamw.h"
+#include "ddp/snapshot.h"  // TrainingState
+#include "ddp/zero_data_parallel.h"
+
+namespace ddp {
+
+// All ranks call it (collective). Throws ddp::Error on every rank if any rank could not write.
+void save_sharded_snapshot(const std::string& path, ShardedAdamW& optimizer, const TrainingState& state);
+
+// nullopt on every rank when `path` does not exist. All ranks call it (collective). A snapshot
+// taken mid-epoch by another number of ranks resumes at the start of that epoch (the data shards
+// differ), with a warning, as load_snapshot.
+std::optional<TrainingState> load_sharded_snapshot(const std::string& path, ShardedAdamW& optimizer);
+
+// Only the weights (and buffers), reassembled from all shards into a plain module (evaluation,
+// or training on after ZeRO without it). No process group needed.
+void load_sharded_model_weights(const std::string& path, torch::nn::Module& model);
+
+}  // namespace ddp

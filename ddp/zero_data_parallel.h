@@ -1,0 +1,150 @@
+// defines: ZeroDataParallel — DeepSpeed's ZeRO stages 1 and 2 for any torch::nn::Module, in the shape
+//          of DistributedDataParallel: wrap the model, train as before, step a ddp::ShardedAdamW.
+//   * Parameters live in flat buckets (the DDP module's bucket order and sizes, padded to a multiple
+//     of the world size); the module's parameters are views into them. Rank r owns slice r of every
+//     bucket: the optimizer keeps Adam's moments for that slice only (1/N of the state) and updates
+//     only that slice; the slices are then all-gathered, so every rank holds the whole model again.
+//     Slices of flat buckets, as DeepSpeed's ZeRO and PyTorch's FSDP cut them, not whole parameters
+//     per rank: every rank owns exactly 1/N however unequal the layers (a model with one big layer
+//     cannot be split fairly by parameters), and reduce-scatter and all-gather need equal slices
+//     of one buffer.
+//   * Stage 1: during backward each full bucket's gradients are allreduced (averaged) as in DDP,
+//     overlapped with the rest of backward; .grad points into the buckets afterwards.
+//   * Stage 2: each full bucket is reduce-scattered instead: a rank receives only the averaged
+//     gradients of its own slice and keeps only those (1/N of the gradients). .grad is released as
+//     soon as it is in a bucket, so after backward the parameters have no .grad.
+//   * no_sync() skips communication for gradient accumulation: .grad accumulates locally (full size,
+//     also under stage 2) and the next synchronized backward reduces the sum. Two synchronized
+//     backward passes without zero_grad() in between add up, as in DDP.
+//   * A parameter without a gradient is an error naming it; an exception inside backward abandons
+//     that pass as in DistributedDataParallel (an error if part of it had been sent).
+//   * Move the model to its device before wrapping it; every rank must build the same model.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <atomic>
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ddp/flat_buckets.h"
+#include "ddp/gradient_hooks.h"
+#include "ddp/process_group.h"
+#include "ddp/sharded_collectives.h"
+
+namespace ddp {
+
+struct ZeroOptions {
+  int stage = 2;           // 1: optimizer state sharded; 2: gradients too
+  double bucket_mb = 25;   // as DDP's bucket_cap_mb (DeepSpeed: reduce_bucket_size)
+  bool broadcast_buffers = true;  // at construction
+};
+
+// One flat bucket. Rank r owns elements [r * shard_numel, (r + 1) * shard_numel).
+struct ZeroBucket {
+  BucketPlan plan;
+  int64_t padded_numel = 0;   // plan.numel rounded up to a multiple of the world size (zeros at the end)
+  int64_t shard_numel = 0;    // padded_numel / world size
+  torch::Tensor params;       // [padded_numel]: the module's parameters are views into it
+  torch::Tensor grads;        // stage 1: [padded_numel], .grad points into it; stage 2: only while it fills
+  torch::Tensor grad_shard;   // stage 2: [shard_numel], this rank's averaged gradients
+  torch::Tensor world_size;   // 0-dim, CPU, the bucket's dtype: gradients enter divided by it
+  bool shard_has_gradient = false;  // stage 2: grad_shard holds gradients not yet zeroed
+  size_t pending = 0;         // parameters whose gradient is not in the bucket yet
+  c10::intrusive_ptr<c10d::Work> allreduce;  // stage 1
+  ReduceScatter reduce_scatter;              // stage 2
+};
+
+// The engine behind ZeroDataParallel (no template: compiled once).
+class ZeroReducer {
+ public:
+  ZeroReducer(std::shared_ptr<torch::nn::Module> module, std::shared_ptr<ProcessGroup> pg, ZeroOptions options);
+  ~ZeroReducer();
+  ZeroReducer(const ZeroReducer&) = delete;
+  ZeroReducer& operator=(const ZeroReducer&) = delete;
+
+  int stage() const { return options_.stage; }
+  const ZeroOptions& options() const { return options_; }
+  ProcessGroup& process_group() { return *pg_; }
+  torch::nn::Module& module() { return *module_; }
+  const std::vector<torch::Tensor>& parameters() const { return params_; }
+  const std::vector<std::string>& parameter_names() const { return names_; }
+  const std::vector<ZeroBucket>& buckets() const { return buckets_; }
+  size_t bucket_count() const { return buckets_.size(); }
+
+  void set_sync(bool enabled) { sync_enabled_ = enabled; }
+  bool sync_enabled() const { return sync_enabled_; }
+
+  // What the sharded optimizer works on, one tensor per bucket, all of shard_numel elements:
+  // this rank's slice of the flat parameters (views) and of the averaged gradients.
+  std::vector<torch::Tensor> parameter_shards();
+  std::vector<torch::Tensor> gradient_shards();
+  // True after a synchronized backward since the last clear_gradients().
+  bool has_gradients() const { return has_gradients_; }
+  // zero_grad(): .grad to none (or zero), stage 2's gradient slices emptied.
+  void clear_gradients(bool set_to_none);
+  // After the optimizer updated this rank's slices: every rank gets every slice.
+  void all_gather_parameters();
+
+ private:
+  void build_buckets();
+  void on_gradient_ready(size_t param_index);
+  void start_backward();
+  void recover_from_abandoned_backward();
+  void put_into_bucket(size_t param_index);
+  void launch_ready_buckets();
+  void finish_backward();
+  void wait_for_oldest_bucket_in_flight(bool keep_result);
+  void drain_sent_buckets(bool keep_results);
+
+  std::shared_ptr<torch::nn::Module> module_;
+  std::shared_ptr<ProcessGroup> pg_;
+  ZeroOptions options_;
+  std::vector<torch::Tensor> params_;
+  std::vector<std::string> names_;
+  std::vector<size_t> bucket_of_, slot_of_;  // parameter -> bucket, and its place in it
+  std::vector<ZeroBucket> buckets_;
+  std::vector<char> ready_;
+  std::deque<size_t> in_flight_;             // stage 2: buckets whose reduce-scatter runs, oldest first
+  size_t next_bucket_ = 0;                   // the next bucket to send, in order
+  bool in_backward_ = false;
+  bool has_gradients_ = false;
+  bool sync_enabled_ = true;
+  std::shared_ptr<std::atomic<bool>> abandoned_ = std::make_shared<std::atomic<bool>>(false);
+  std::unique_ptr<GradientHooks> hooks_;     // last: destroyed first, so no hook runs on a half-gone engine
+};
+
+template <typename M>
+class ZeroDataParallel {
+ public:
+  ZeroDataParallel(std::shared_ptr<M> module, std::shared_ptr<ProcessGroup> pg, ZeroOptions options = {})
+      : module_(std::move(module)), reducer_(std::make_shared<ZeroReducer>(module_, std::move(pg), options)) {}
+
+  M* operator->() const { return module_.get(); }               // model->forward(x), as on the plain module
+  const std::shared_ptr<M>& module() const { return module_; }  // the plain module (evaluation)
+  int stage() const { return reducer_->stage(); }
+  size_t bucket_count() const { return reducer_->bucket_count(); }
+  const std::shared_ptr<ZeroReducer>& reducer() const { return reducer_; }
+
+  // While a NoSync lives, backward() only accumulates locally (no communication).
+  class NoSync {
+   public:
+    explicit NoSync(ZeroReducer& r) : r_(r), before_(r.sync_enabled()) { r_.set_sync(false); }
+    ~NoSync() { r_.set_sync(before_); }
+    NoSync(const NoSync&) = delete;
+    NoSync& operator=(const NoSync&) = delete;
+
+   private:
+    ZeroReducer& r_;
+    bool before_;
+  };
+  [[nodiscard]] NoSync no_sync() { return NoSync(*reducer_); }
+
+ private:
+  std::shared_ptr<M> module_;
+  std::shared_ptr<ZeroReducer> reducer_;
+};
+
+}  // namespace ddp
