@@ -5,7 +5,7 @@
 # (CPU, --threads 1). Here one run is stopped twice (SIGTERM, then SIGUSR1) and resumed twice, the
 # first and last parts with --deterministic: on the CPU it changes no result and breaks no resume.
 source "$(dirname "$0")/lib.sh"
-args=(40 1 --batch-size 1 --threads 1)  # 2048 steps per epoch, ~0.1 s: a signal lands mid-epoch
+args=(40 1 --batch-size 1 --threads 1)  # 2048 steps per epoch, ~0.06 s: a signal lands mid-epoch
 
 mkdir ref && (cd ref && run_logged out.log "$STEP0" "${args[@]}") || { cat ref/out.log; fail "uninterrupted run failed"; }
 expected=$(final_checksum ref/out.log)
@@ -18,7 +18,7 @@ stop_once() {
   "$STEP0" "${args[@]}" "$@" >"part$part.log" 2>&1 &
   local pid=$!; STARTED_PIDS+=("$pid")
   wait_for_line "part$part.log" "\($after epochs run, step 0\)" 60
-  sleep 0.05  # into the epoch (a step takes ~50 us)
+  sleep 0.02  # a third into the epoch (a step takes ~30 us; 0.05 s sometimes reached its end)
   local start; start=$(now)
   kill -s "$sig" "$pid"
   wait_bounded "$pid" 30; local rc=$RC
