@@ -567,7 +567,7 @@ int main(int argc, char** argv) {
         launch = ddp::resolve_launch_env(ddp::current_environment());
         if (!launch.warning.empty()) std::fprintf(stderr, "warning: %s\n", launch.warning.c_str());
         torch::set_num_threads(o.threads);
-        const torch::Device device = ddp::choose_device(o.device, launch.local_rank, launch.local_world_size);
+        const torch::Device device = ddp::choose_device(o.device, launch.local_rank);
         if (device.is_cuda()) set_cuda_math(o);
         ddp::ProcessGroupOptions pg_options;
         pg_options.backend = o.backend;

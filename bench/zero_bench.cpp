@@ -292,7 +292,7 @@ int main(int argc, char** argv) {
         const auto launch = ddp::resolve_launch_env(ddp::current_environment());
         if (!launch.warning.empty()) std::fprintf(stderr, "warning: %s\n", launch.warning.c_str());
         torch::set_num_threads(o.threads);
-        const torch::Device device = ddp::choose_device(o.device, launch.local_rank, launch.local_world_size);
+        const torch::Device device = ddp::choose_device(o.device, launch.local_rank);
         ddp::ProcessGroupOptions pg_options;
         pg_options.backend = o.backend;
         pg_options.rendezvous_timeout = pg_options.collective_timeout =

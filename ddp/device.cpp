@@ -16,7 +16,7 @@ namespace ddp {
 
 int visible_gpus() { return torch::cuda::is_available() ? static_cast<int>(torch::cuda::device_count()) : 0; }
 
-torch::Device choose_device(const std::string& requested, int local_rank, [[maybe_unused]] int local_world_size) {
+torch::Device choose_device(const std::string& requested, int local_rank) {
   if (requested == "cpu" || (requested == "auto" && visible_gpus() == 0)) return torch::Device(torch::kCPU);
 
   const int gpus = visible_gpus();

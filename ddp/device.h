@@ -14,9 +14,9 @@ namespace ddp {
 // local ranks than visible GPUs they take the GPUs in turn (one GPU per task, as with
 // --gpus-per-task=1, is GPU 0 for each). cuda:N puts every rank of the node on GPU N. Ranks that
 // end up sharing a GPU are refused later, by the process group, and only for NCCL (Gloo works).
-// Sets this thread's current CUDA device. (local_world_size is no longer needed: sharing is judged
-// from the ranks' bus ids, which also catches tasks whose CUDA_VISIBLE_DEVICES name one GPU.)
-torch::Device choose_device(const std::string& requested, int local_rank, int local_world_size);
+// Sets this thread's current CUDA device. Sharing is judged from the ranks' PCI bus ids, not from
+// counts, so tasks whose CUDA_VISIBLE_DEVICES name the same GPU are caught too.
+torch::Device choose_device(const std::string& requested, int local_rank);
 
 // "0000:3b:00.0" for a CUDA device (from torch's own CUDA runtime), "" for the CPU.
 std::string gpu_bus_id(const torch::Device& device);

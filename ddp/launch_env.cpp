@@ -205,6 +205,8 @@ LaunchEnv resolve_launch_env(const EnvMap& env, const LaunchOverrides& o) {
     l.master_port = *p;
   } else if (auto job = get_int(env, "SLURM_JOB_ID"); job && l.launcher == "slurm") {
     l.master_port = job_port(*job);
+  } else if (auto job = get(env, "PMIX_NAMESPACE"); job && l.launcher == "openmpi") {
+    l.master_port = mpirun_port(*job);
   }
   if (o.init_method) l.init_method = *o.init_method;
   validate(l);
@@ -230,9 +232,13 @@ void validate(const LaunchEnv& l) {
             "local rank " + std::to_string(l.local_rank) + " is outside the node's " +
                 std::to_string(l.local_world_size) + " local ranks" + who,
             std::string(var.local_rank) + " must be in [0, " + var.local_world_size + ")");
-  DDP_CHECK(l.master_port > 0 && l.master_port < 65536,
+  if (!l.init_method.empty()) return;  // a rendezvous file: no port
+  DDP_CHECK(l.master_port >= 0 && l.master_port < 65536,
             "master port " + std::to_string(l.master_port) + " is not a TCP port" + who,
             "choose a port in 1024-65535 with --master-port or MASTER_PORT");
+  // 0: none chosen (no fixed default, where two jobs sharing a node would meet): the rendezvous
+  // takes any free port for one process and refuses to guess one for several.
+
 }
 
 }  // namespace
@@ -259,6 +265,12 @@ std::optional<int> env_int(const std::string& name) {
 }
 
 int job_port(int64_t job_id) { return static_cast<int>(20000 + job_id % 20000); }
+
+int mpirun_port(const std::string& job) {
+  uint32_t h = 2166136261u;  // FNV-1a of the job's name
+  for (unsigned char c : job) h = (h ^ c) * 16777619u;
+  return static_cast<int>(20000 + h % 12000);  // below the kernel's ports for outgoing connections
+}
 
 namespace {
 

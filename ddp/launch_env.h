@@ -21,7 +21,7 @@ struct LaunchEnv {
   int local_world_size = 1;
   int node_rank = 0;
   std::string master_addr = "127.0.0.1";
-  int master_port = 29500;
+  int master_port = 0;  // 0: none chosen (one process: any free port, nobody else needs it)
   std::string init_method;  // empty: TCP store at master_addr:master_port; or "file:///path"
   bool agent_store = false;  // torchrun hosts the store itself (TORCHELASTIC_USE_AGENT_STORE)
   int restart_count = 0;     // torchrun's TORCHELASTIC_RESTART_COUNT: keys of a new attempt are fresh
@@ -64,9 +64,13 @@ std::optional<std::string> env(const std::string& name);
 // The same as a whole number; a value that is not one is a ddp::Error naming the variable.
 std::optional<int> env_int(const std::string& name);
 
-// The rendezvous port of a Slurm job: 20000 + job id % 20000, the rule of the batch scripts'
-// ddpw_job_port (clusters/common.sh), so that the jobs sharing a node use different ports.
+// The rendezvous port of a Slurm job when its script exported none: 20000 + job id % 20000, so
+// that the jobs sharing a node use different ports. (The course's batch scripts export a
+// MASTER_PORT they found free on the first node, starting from the job id: clusters/common.sh.)
 int job_port(int64_t job_id);
+
+// The same for an mpirun job without MASTER_PORT, from its PMIx namespace (one per mpirun).
+int mpirun_port(const std::string& job);
 
 // The step programs' resolver. Checks `me` and returns the launch description:
 // - nothing read (`me` empty): one process, rank 0 of 1 — unless a launcher started this
@@ -76,7 +80,7 @@ int job_port(int64_t job_id);
 //   (resolve_launch_env): a wrong variable is an error naming the right one, before anyone waits;
 // - values a program set itself (step 1's workers, which spawn started) are taken as they are;
 // - what was not read is completed (local world size from the launcher, master 127.0.0.1 when
-//   all ranks share this node, port 29500), then --master-addr, --master-port and --init-method
+//   all ranks share this node; the port rules of resolve_launch_env), then --master-addr, --master-port and --init-method
 //   apply, and every value is range-checked with the launcher's variable named in the fix.
 // Once the rank is known, run_main's errors start with "[rank R @ host]" (set_error_prefix).
 LaunchEnv check_launch(const LaunchValues& me, const Options& options);

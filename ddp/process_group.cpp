@@ -132,6 +132,12 @@ c10::intrusive_ptr<c10d::Store> rendezvous(const LaunchEnv& launch, std::chrono:
                 "launch with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 torchrun --standalone (or --rdzv-backend=c10d); "
                 "then rank 0 of this program serves the store");
 #endif
+  // No port chosen: one process serves on any free one (nobody else needs to find it); several
+  // ranks must be told where to meet, and a fixed default would let two jobs on one node meet.
+  if (launch.master_port == 0 && launch.world_size > 1)
+    throw Error("no master port for the " + std::to_string(launch.world_size) + " ranks (launcher: " +
+                    launch.launcher + ")",
+                "export MASTER_PORT=N (free on the master's node, different for each job) or pass --master-port N");
   const std::string where = launch.master_addr + ":" + std::to_string(launch.master_port);
   c10d::TCPStoreOptions options;
   options.port = static_cast<uint16_t>(launch.master_port);

@@ -214,7 +214,7 @@ std::string versions(const ddp::ProcessGroup& group, [[maybe_unused]] const torc
 }
 
 int allreduce_check(const ddp::Options& options, const Sweep& sweep, const ddp::LaunchEnv& launch) {
-  const torch::Device device = ddp::choose_device(options.device, launch.local_rank, launch.local_world_size);
+  const torch::Device device = ddp::choose_device(options.device, launch.local_rank);
   const int threads = ddp::choose_threads(0, launch.local_world_size);
   torch::set_num_threads(threads);
   const ddp::ProcessGroupOptions group_options = ddp::process_group_options(options);

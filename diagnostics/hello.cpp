@@ -286,7 +286,7 @@ int hello(const ddp::Options& options, const ddp::LaunchEnv& launch, const ddp::
 
   // Checks a rank can make alone, before any collective. choose_device binds the GPU (before
   // NCCL starts); whether ranks share one is judged below, from every rank's report.
-  const torch::Device device = ddp::choose_device(options.device, launch.local_rank, launch.local_world_size);
+  const torch::Device device = ddp::choose_device(options.device, launch.local_rank);
   // Fewer ranks than GPUs works, so it is a warning (once per node), not an error. An explicit
   // --device cuda:N chooses its GPUs on purpose.
   if (device.is_cuda() && options.device.rfind("cuda:", 0) != 0 && launch.local_rank == 0) {

@@ -66,7 +66,7 @@ int main(int argc, char** argv) {
       /*groups=*/0, [&](CLI::App& app, ddp::Options& o) { add_options(app, o, batch_size); });
   if (batch_size->count() == 0 && opt.dataset != "synthetic") opt.batch_size = ddp::kCnnBatchSize;
   return ddp::run_main([&] {
-    const torch::Device device = ddp::choose_device(opt.device, /*local_rank=*/0, /*local_world_size=*/1);
+    const torch::Device device = ddp::choose_device(opt.device, /*local_rank=*/0);
     const ddp::LaunchEnv one_process;  // rank 0 of 1
     ddp::configure_compute(opt, one_process);
     const ddp::Workload workload = ddp::make_workload(opt);

@@ -103,7 +103,7 @@ int worker(const ddp::Options& opt) {
   ddp::LaunchValues me;  // who am I: alone, global rank 0 of world size 1, local rank 0
 
   const ddp::LaunchEnv launch = ddp::check_launch(me, opt);
-  const torch::Device device = ddp::choose_device(opt.device, launch.local_rank, launch.local_world_size);
+  const torch::Device device = ddp::choose_device(opt.device, launch.local_rank);
   const int threads = ddp::configure_compute(opt, launch);
   std::shared_ptr<ddp::ProcessGroup> pg;  // none while we train alone: step 1 creates one
 

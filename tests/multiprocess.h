@@ -88,7 +88,7 @@ inline ddp::ProcessGroupOptions group_options(const RankSetup& setup) {
 inline int run_ranks(const RankSetup& setup,
                      const std::function<int(int rank, std::shared_ptr<ddp::ProcessGroup> pg)>& body) {
   return run_processes(setup.n, [&](int rank, const ddp::LaunchEnv& launch) {
-    const torch::Device device = ddp::choose_device(setup.device, rank, setup.n);
+    const torch::Device device = ddp::choose_device(setup.device, rank);
     auto pg = ddp::init_process_group(launch, device, group_options(setup));
     return body(rank, pg);
   }, setup.phase);

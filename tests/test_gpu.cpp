@@ -139,7 +139,7 @@ const std::string kBin = DDPW_BIN_DIR;
 
 TEST(Gpu, DeviceFollowsTheLocalRankAndHasABusId) {
   REQUIRE_GPUS(1);
-  const auto device = ddp::choose_device("auto", 0, 1);
+  const auto device = ddp::choose_device("auto", 0);
   EXPECT_TRUE(device.is_cuda());
   EXPECT_EQ(device.index(), 0);
   EXPECT_TRUE(contains(ddp::device_name(device), "cuda:0 (")) << ddp::device_name(device);
@@ -155,9 +155,9 @@ TEST(Gpu, DeviceFollowsTheLocalRankAndHasABusId) {
 TEST(Gpu, MoreLocalRanksThanGpusTakeThemInTurn) {
   REQUIRE_GPUS(1);
   const int gpus = ddp::visible_gpus();
-  EXPECT_EQ(ddp::choose_device("cuda", gpus, gpus + 1).index(), 0);
-  EXPECT_EQ(ddp::choose_device("cuda:0", 1, 2).index(), 0);
-  EXPECT_THROW(ddp::choose_device("cuda:" + std::to_string(gpus), 0, 1), ddp::Error);
+  EXPECT_EQ(ddp::choose_device("cuda", gpus).index(), 0);
+  EXPECT_EQ(ddp::choose_device("cuda:0", 1).index(), 0);
+  EXPECT_THROW(ddp::choose_device("cuda:" + std::to_string(gpus), 0), ddp::Error);
 }
 
 // ---- NCCL with one rank ----------------------------------------------------------------------
@@ -169,7 +169,7 @@ TEST(Gpu, NcclBarrierBlocksTheHostUntilQueuedWorkIsDone) {
   REQUIRE_GPUS(1);
 #ifdef DDPW_HAVE_CUDA
   TempDir dir;
-  const auto device = ddp::choose_device("cuda", 0, 1);
+  const auto device = ddp::choose_device("cuda", 0);
   auto pg = nccl_group_of_one(dir, device);
   int clock_khz = 2000000;  // the peak clock; CUDA 13's cudaDeviceProp no longer has it
   cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, device.index());
@@ -189,7 +189,7 @@ TEST(Gpu, NcclBarrierBlocksTheHostUntilQueuedWorkIsDone) {
 TEST(Gpu, OneRankOnNcclTrainsBitIdenticallyToPlainTraining) {
   REQUIRE_GPUS(1);
   TempDir dir;
-  const auto device = ddp::choose_device("cuda", 0, 1);
+  const auto device = ddp::choose_device("cuda", 0);
   auto pg = nccl_group_of_one(dir, device);
   auto model = ddp_scenarios::make_mlp(5, false, device), reference = ddp_scenarios::make_mlp(5, false, device);
   ddp::DdpOptions options;
@@ -261,7 +261,7 @@ TEST(Gpu, TwoRanksOnOneGpuWithNcclFailFastNamingTheGpu) {
   REQUIRE_GPUS(1);
   EXPECT_EQ(ddp_test::run_processes(2,
                                     [](int rank, const ddp::LaunchEnv& launch) {
-                                      const auto device = ddp::choose_device("cuda:0", rank, 2);
+                                      const auto device = ddp::choose_device("cuda:0", rank);
                                       auto options = ddp_test::group_options(two_ranks_on_one_gpu("nccl"));
                                       const auto start = Clock::now();
                                       try {

@@ -54,7 +54,7 @@ double worst_difference(const std::vector<torch::Tensor>& a, const std::vector<t
 // one correctly rounded operation per element), across an epoch change and a short last batch.
 TEST(GpuSpeed, LoaderBatchesOnTheGpuEqualTheCpuOnes) {
   REQUIRE_GPU_FOR_SPEED();
-  const auto device = ddp::choose_device("cuda", 0, 1);
+  const auto device = ddp::choose_device("cuda", 0);
   const auto data = random_images(1000, 1);
   ddp::DistributedSampler sampler(data.size(), /*num_replicas=*/3, /*rank=*/1, /*seed=*/4);
   ddp::Loader on_gpu(data, sampler, 64, device), on_cpu(data, sampler, 64, torch::kCPU);
@@ -72,7 +72,7 @@ TEST(GpuSpeed, LoaderBatchesOnTheGpuEqualTheCpuOnes) {
 // After the dataset moved once, cutting batches, and a new epoch's order, never block the host.
 TEST(GpuSpeed, LoaderDoesNotSynchronize) {
   REQUIRE_GPU_FOR_SPEED();
-  const auto device = ddp::choose_device("cuda", 0, 1);
+  const auto device = ddp::choose_device("cuda", 0);
   const auto data = random_images(512, 2);
   ddp::DistributedSampler sampler(data.size(), 1, 0, 0);
   ddp::Loader loader(data, sampler, 100, device);  // the dataset's one (blocking) copy is here
@@ -88,7 +88,7 @@ TEST(GpuSpeed, LoaderDoesNotSynchronize) {
 
 TEST(GpuSpeed, MultiTensorOptimizersOnTheGpuEqualPerTensorOnes) {
   REQUIRE_GPU_FOR_SPEED();
-  const auto device = ddp::choose_device("cuda", 0, 1);
+  const auto device = ddp::choose_device("cuda", 0);
   auto make = [&](uint64_t seed) {
     torch::manual_seed(seed);
     std::vector<torch::Tensor> p{torch::randn({17, 5}, torch::kFloat64), torch::randn({5}, torch::kFloat64),
@@ -136,7 +136,7 @@ TEST(GpuSpeed, MultiTensorOptimizersOnTheGpuEqualPerTensorOnes) {
 // must not wait for the mask when every parameter was used (PyTorch waits only otherwise).
 TEST(GpuSpeed, DdpTrainingStepDoesNotSynchronize) {
   REQUIRE_GPU_FOR_SPEED();
-  const auto device = ddp::choose_device("cuda", 0, 1);
+  const auto device = ddp::choose_device("cuda", 0);
   for (const bool find_unused : {false, true}) {
     char dir[] = "/tmp/ddpw-gpu-XXXXXX";
     ASSERT_NE(::mkdtemp(dir), nullptr);
@@ -180,7 +180,7 @@ TEST(GpuSpeed, DdpTrainingStepDoesNotSynchronize) {
 // test set there), and agrees with the CPU's evaluation.
 TEST(GpuSpeed, EvaluationReadsItsSumsOnce) {
   REQUIRE_GPU_FOR_SPEED();
-  const auto device = ddp::choose_device("cuda", 0, 1);
+  const auto device = ddp::choose_device("cuda", 0);
   ddp::Workload w;
   w.classification = true;
   w.test = random_images(1000, 4);

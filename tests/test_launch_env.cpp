@@ -141,6 +141,23 @@ TEST(LaunchEnv, PmixWithOpenMpiSizeOutsideSlurm) {
   EXPECT_EQ(l.world_size, 2);
 }
 
+// No fixed default port (two jobs sharing a node would meet at it): one process takes any free
+// port (0), and an mpirun job without MASTER_PORT gets one from its own PMIx namespace.
+TEST(LaunchEnv, NoFixedDefaultPort) {
+  EXPECT_EQ(resolve_launch_env({}).master_port, 0);
+  const EnvMap job_a{{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "2"}, {"PMIX_NAMESPACE", "1762721793"}};
+  EnvMap job_b = job_a;
+  job_b["PMIX_NAMESPACE"] = "1762787329";
+  const int a = resolve_launch_env(job_a).master_port, b = resolve_launch_env(job_b).master_port;
+  EXPECT_EQ(a, ddp::mpirun_port("1762721793"));
+  EXPECT_NE(a, b);
+  EXPECT_GE(a, 20000);
+  EXPECT_LT(a, 32000);  // below the kernel's ports for outgoing connections (32768-60999)
+  EnvMap given = job_a;
+  given["MASTER_PORT"] = "23456";
+  EXPECT_EQ(resolve_launch_env(given).master_port, 23456);
+}
+
 TEST(LaunchEnv, MasterAddrBeatsMasterAddress) {
   const EnvMap env{{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "a"}, {"MASTER_ADDRESS", "b"}};
   EXPECT_EQ(resolve_launch_env(env).master_addr, "a");
@@ -366,7 +383,7 @@ TEST(LaunchEnvHelpers, EnvAndEnvInt) {
   }
 }
 
-TEST(LaunchEnvHelpers, JobPortIsTheBatchScriptsRule) {
-  EXPECT_EQ(ddp::job_port(12345), 32345);  // 20000 + 12345 % 20000, as clusters/common.sh's ddpw_job_port
+TEST(LaunchEnvHelpers, JobPortIsTheJobIdRule) {
+  EXPECT_EQ(ddp::job_port(12345), 32345);  // 20000 + 12345 % 20000
   EXPECT_EQ(ddp::job_port(40001), 20001);
 }

@@ -23,6 +23,34 @@
 
 namespace {
 
+// One process needs no port anyone else knows: it serves on any free one. (A fixed default made two
+// single-process runs on one node meet: "master port 29500 ... is already in use".)
+TEST(ProcessGroup, OneProcessGroupsOnOneHostDoNotMeet) {
+  ddp::LaunchEnv one;  // rank 0 of 1, no port chosen
+  ASSERT_EQ(one.master_port, 0);
+  ddp::ProcessGroupOptions options;
+  options.rendezvous_timeout = options.collective_timeout = std::chrono::seconds(30);
+  auto first = ddp::init_process_group(one, torch::Device(torch::kCPU), options);
+  auto second = ddp::init_process_group(one, torch::Device(torch::kCPU), options);
+  auto t = torch::ones({4});
+  second->allreduce_sum(t);
+  first->allreduce_sum(t);
+  EXPECT_EQ(t.sum().item<double>(), 4.0);
+}
+
+// Several ranks without a port: refused before anyone waits, naming the fix.
+TEST(ProcessGroup, SeveralRanksWithoutAPortAreRefused) {
+  ddp::LaunchEnv two;
+  two.world_size = two.local_world_size = 2;
+  try {
+    ddp::init_process_group(two, torch::Device(torch::kCPU));
+    FAIL() << "no error";
+  } catch (const ddp::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no master port for the 2 ranks"), std::string::npos) << e.what();
+    EXPECT_NE(e.hint().find("MASTER_PORT"), std::string::npos) << e.hint();
+  }
+}
+
 TEST(ProcessGroup, APeerThatDiesIsAnErrorNotSigpipe) {
   EXPECT_EQ(ddp_test::run_ranks(
                 2,

@@ -132,7 +132,7 @@ int worker(const ddp::Options& opt) {
   }
 
   const ddp::LaunchEnv launch = ddp::check_launch(me, opt);
-  const torch::Device device = ddp::choose_device(opt.device, launch.local_rank, launch.local_world_size);
+  const torch::Device device = ddp::choose_device(opt.device, launch.local_rank);
   const int threads = ddp::configure_compute(opt, launch);
   // TODO(step1): join the process group (Gloo on CPU, NCCL on GPUs), after the device is chosen.
   auto pg = ddp::init_process_group(launch, device, ddp::process_group_options(opt));
