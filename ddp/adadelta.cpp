@@ -4,7 +4,6 @@
 #include "ddp/adadelta.h"
 
 #include <torch/optim/serialize.h>
-#include <torch/version.h>
 
 #include "ddp/optimizer_helpers.h"
 
@@ -137,17 +136,6 @@ void Adadelta::save(torch::serialize::OutputArchive& archive) const {
 
 void Adadelta::load(torch::serialize::InputArchive& archive) {
   torch::optim::serialize<AdadeltaParamState, AdadeltaOptions>(archive, *this);
-#if TORCH_VERSION_MAJOR < 2
-  // 1.13's loader restores the per-parameter state but drops the saved group options (lr, rho,
-  // ...); 2.x copies them back. Do it here so both versions resume alike.
-  torch::serialize::InputArchive groups_archive;
-  archive.read("param_groups", groups_archive);
-  std::vector<std::pair<std::vector<std::string>, std::unique_ptr<torch::optim::OptimizerOptions>>> saved;
-  torch::optim::detail::serialize<AdadeltaOptions>(groups_archive, saved);
-  for (size_t i = 0; i < saved.size(); ++i) {  // the count was checked by the loader above
-    static_cast<AdadeltaOptions&>(param_groups_[i].options()) = static_cast<AdadeltaOptions&>(*saved[i].second);
-  }
-#endif
 }
 
 }  // namespace ddp

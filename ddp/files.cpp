@@ -41,7 +41,11 @@ bool is_directory(const std::string& path) {
 void remove_tree(const std::string& path) {
   ::nftw(
       path.c_str(),
-      [](const char* p, const struct stat*, int, struct FTW*) { return std::remove(p) == 0 ? 0 : 0; }, 16,
+      [](const char* p, const struct stat*, int, struct FTW*) {
+        std::remove(p);  // what cannot be removed stays; the walk goes on (0) to remove the rest
+        return 0;
+      },
+      16,
       FTW_DEPTH | FTW_PHYS);
 }
 

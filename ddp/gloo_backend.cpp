@@ -5,26 +5,14 @@
 #include <cstdlib>
 
 namespace ddp {
-namespace {
-
-// Gloo waits with its options' timeout while joining and with setTimeout's afterwards (2.x). 1.13
-// has no setTimeout: there the collective timeout serves for both.
-template <typename B>
-constexpr bool kGlooHasSetTimeout = requires(B& b) { b.setTimeout(std::chrono::milliseconds{}); };
-template <typename B>
-void set_gloo_collective_timeout(B& backend, std::chrono::milliseconds t) {
-  if constexpr (kGlooHasSetTimeout<B>) backend.setTimeout(t);
-}
-
-}  // namespace
 
 c10::intrusive_ptr<CommBackend> make_gloo_backend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                                                   bool master_is_local, const ProcessGroupOptions& options) {
   using c10d::ProcessGroupGloo;
-  // Joining waits with the rendezvous timeout (Gloo's default would be the collective one,
-  // and five times that for a peer that published its address but never connects).
-  auto gloo = ProcessGroupGloo::Options::create(kGlooHasSetTimeout<ProcessGroupGloo> ? options.rendezvous_timeout
-                                                                                      : options.collective_timeout);
+  // Gloo waits with its options' timeout while joining and with setTimeout's afterwards. Joining
+  // waits with the rendezvous timeout (Gloo's default would be the collective one, and five times
+  // that for a peer that published its address but never connects).
+  auto gloo = ProcessGroupGloo::Options::create(options.rendezvous_timeout);
   if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"))
     gloo->devices.push_back(ProcessGroupGloo::createDeviceForInterface(ifname));
   else if (master_is_local)
@@ -32,7 +20,7 @@ c10::intrusive_ptr<CommBackend> make_gloo_backend(const c10::intrusive_ptr<c10d:
   else
     gloo->devices.push_back(ProcessGroupGloo::createDefaultDevice());
   auto backend = c10::make_intrusive<ProcessGroupGloo>(store, rank, size, gloo);
-  set_gloo_collective_timeout(*backend, options.collective_timeout);  // every collective from now on
+  backend->setTimeout(options.collective_timeout);  // every collective from now on
   return backend;
 }
 

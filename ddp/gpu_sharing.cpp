@@ -48,7 +48,8 @@ std::string ranks_text(const std::vector<int>& ranks) {
     size_t j = i;
     while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
     if (!out.empty()) out += ",";
-    out += std::to_string(ranks[i]) + (j > i ? "-" + std::to_string(ranks[j]) : "");
+    out += std::to_string(ranks[i]);
+    if (j > i) out += '-' + std::to_string(ranks[j]);  // not "-" + ...: GCC 12's -Wrestrict false positive
     i = j + 1;
   }
   return out;

@@ -205,8 +205,8 @@ LaunchEnv resolve_launch_env(const EnvMap& env, const LaunchOverrides& o) {
     l.master_port = *p;
   } else if (auto job = get_int(env, "SLURM_JOB_ID"); job && l.launcher == "slurm") {
     l.master_port = job_port(*job);
-  } else if (auto job = get(env, "PMIX_NAMESPACE"); job && l.launcher == "openmpi") {
-    l.master_port = mpirun_port(*job);
+  } else if (auto pmix_namespace = get(env, "PMIX_NAMESPACE"); pmix_namespace && l.launcher == "openmpi") {
+    l.master_port = mpirun_port(*pmix_namespace);
   }
   if (o.init_method) l.init_method = *o.init_method;
   validate(l);

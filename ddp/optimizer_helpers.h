@@ -6,24 +6,15 @@
 #include <torch/torch.h>
 
 #include <optional>
-#include <sstream>
-#include <string>
-#include <type_traits>
 #include <vector>
 
 namespace ddp::optim_detail {
 
-// The optimizer's state is keyed by the parameter's TensorImpl: its address on LibTorch 2.x, the
-// address printed as text on 1.13 (what that version's serialize.h looks up).
+// The optimizer's state is keyed by the parameter's TensorImpl address (what LibTorch's
+// serialize.h looks up).
 template <typename StateMap>
 typename StateMap::key_type state_key(const StateMap&, const torch::Tensor& param) {
-  if constexpr (std::is_same_v<typename StateMap::key_type, std::string>) {
-    std::ostringstream text;
-    text << param.unsafeGetTensorImpl();
-    return text.str();
-  } else {
-    return param.unsafeGetTensorImpl();
-  }
+  return param.unsafeGetTensorImpl();
 }
 
 // torch.optim's default (foreach=None): multi-tensor kernels when every parameter is on a CUDA

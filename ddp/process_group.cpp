@@ -124,14 +124,6 @@ c10::intrusive_ptr<c10d::Store> rendezvous(const LaunchEnv& launch, std::chrono:
                   "file://$PWD/rdzv.$SLURM_JOB_ID.${SLURM_RESTART_COUNT:-0} (a requeued job keeps its id)");
     }
   }
-#if TORCH_VERSION_MAJOR < 2
-  // torchrun >= 2.0 serves its store with a newer wire protocol (a VALIDATE request first, every
-  // opcode shifted by one): a 1.x client gets resets, wrong answers or hangs. Let rank 0 serve.
-  if (launch.agent_store)
-    throw Error("LibTorch " DDPW_TORCH_VERSION " cannot use torchrun's own store (TORCHELASTIC_USE_AGENT_STORE=True)",
-                "launch with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 torchrun --standalone (or --rdzv-backend=c10d); "
-                "then rank 0 of this program serves the store");
-#endif
   // No port chosen: one process serves on any free one (nobody else needs to find it); several
   // ranks must be told where to meet, and a fixed default would let two jobs on one node meet.
   if (launch.master_port == 0 && launch.world_size > 1)

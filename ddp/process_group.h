@@ -42,7 +42,6 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 #include <torch/torch.h>
-#include <torch/version.h>
 
 #include <chrono>
 #include <functional>
@@ -54,19 +53,11 @@
 #include "ddp/launch_env.h"
 #include "ddp/options.h"
 
-#if TORCH_VERSION_MAJOR >= 2
 #include <torch/csrc/distributed/c10d/Backend.hpp>
-#else
-#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
-#endif
 
 namespace ddp {
 
-#if TORCH_VERSION_MAJOR >= 2
-using CommBackend = c10d::Backend;  // 2.x: Gloo/NCCL are Backends
-#else
-using CommBackend = c10d::ProcessGroup;  // 1.13: they are ProcessGroups
-#endif
+using CommBackend = c10d::Backend;  // Gloo/NCCL are c10d Backends
 
 struct ProcessGroupOptions {
   std::string backend = "auto";  // auto: NCCL for CUDA devices, Gloo for CPU

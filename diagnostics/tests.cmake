@@ -6,7 +6,7 @@ set(_expect "${PROJECT_SOURCE_DIR}/diagnostics/expect.sh")
 
 # The preflight checks that need no network or GPU (plain C++, no LibTorch: builds in seconds).
 add_executable(diagnostics_tests ${PROJECT_SOURCE_DIR}/diagnostics/test_preflight.cpp)
-target_link_libraries(diagnostics_tests PRIVATE diagnostics_preflight GTest::gtest_main)
+target_link_libraries(diagnostics_tests PRIVATE diagnostics_preflight GTest::gtest_main ddpw_warnings)
 gtest_discover_tests(diagnostics_tests TEST_PREFIX "diagnostics.preflight." PROPERTIES LABELS unit
                      ENVIRONMENT "${DDPW_CPU_ONLY_ENV}")
 
@@ -126,8 +126,3 @@ endif()
 get_property(_diagnostics_tests DIRECTORY PROPERTY TESTS)
 list(FILTER _diagnostics_tests INCLUDE REGEX "^diagnostics\\.")
 set_tests_properties(${_diagnostics_tests} PROPERTIES LABELS integration TIMEOUT 180 ENVIRONMENT "${DDPW_CPU_ONLY_ENV}")
-
-if(DDPW_TORCH_VERSION VERSION_LESS 2)  # LibTorch 1.x cannot talk to torchrun 2.x's store
-  set_tests_properties(diagnostics.hello.torchrun_2_ranks
-                       PROPERTIES ENVIRONMENT "${DDPW_CPU_ONLY_ENV};TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1")
-endif()

@@ -145,8 +145,9 @@ TEST(Gpu, DeviceFollowsTheLocalRankAndHasABusId) {
   EXPECT_TRUE(contains(ddp::device_name(device), "cuda:0 (")) << ddp::device_name(device);
   const std::string bus = ddp::gpu_bus_id(device);
   EXPECT_TRUE(std::regex_match(bus, std::regex("[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\\.0"))) << bus;
-  if (ddp::visible_gpus() > 1)  // two GPUs are two bus ids
+  if (ddp::visible_gpus() > 1) {  // two GPUs are two bus ids
     EXPECT_NE(bus, ddp::gpu_bus_id(torch::Device(torch::kCUDA, 1)));
+  }
   EXPECT_EQ(ddp::gpu_bus_id(torch::Device(torch::kCPU)), "");
 }
 

@@ -35,9 +35,9 @@ INSTANTIATE_TEST_SUITE_P(
                       HostlistCase{"r[1-2]n[1-2]", {"r1n1", "r1n2", "r2n1", "r2n2"}},  // two bracket groups
                       HostlistCase{"gpua[001-002]", {"gpua001", "gpua002"}},           // Delta-style names
                       HostlistCase{"della-l[07-08]g1", {"della-l07g1", "della-l08g1"}}),
-    [](const ::testing::TestParamInfo<HostlistCase>& info) {
-      std::string name = "case" + std::to_string(info.index) + "_";
-      for (char c : info.param.input) name += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+    [](const ::testing::TestParamInfo<HostlistCase>& test) {  // not `info`: the macro's parameter
+      std::string name = "case" + std::to_string(test.index) + "_";
+      for (char c : test.param.input) name += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
       return name;
     });
 

@@ -19,6 +19,7 @@
 #include "ddp/torch_pickle.h"
 #include "ddp/weights_io.h"
 
+// The tests too: a TEST_F outside would derive from a class of this file only (-Wsubobject-linkage).
 namespace {
 
 class WeightsIo : public ::testing::Test {
@@ -93,8 +94,6 @@ void expect_error(F f, const std::vector<std::string>& parts) {
     EXPECT_FALSE(e.hint().empty()) << text;
   }
 }
-
-}  // namespace
 
 TEST_F(WeightsIo, ExportThenImportGivesTheSameWeights) {
   auto trained = seeded_cnn(1), fresh = seeded_cnn(2);
@@ -197,3 +196,5 @@ TEST_F(WeightsIo, OnlyWhatAStateDictHoldsIsUnpickled) {
   expect_error([&] { unpickle(kPickleOfCheckpoint); }, {"'model': a dict, not a tensor", "checkpoint['model']"});
   expect_error([&] { unpickle(kPickleOfDictOfList); }, {"'a': a list, not a tensor"});
 }
+
+}  // namespace
