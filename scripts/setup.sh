@@ -15,10 +15,12 @@ VENV=$DDPW_HOME/venv
 say() { printf 'setup: %s\n' "$*"; }
 
 # Debian packages: toolchain, test/CLI/JSON libraries, Gloo's headers (c10d's Gloo header includes them and
-# no LibTorch ships them), the dataset, and the launchers of the course.
+# no LibTorch ships them), the dataset, the launchers of the course, and the guard rails' linters
+# (the tests lint.format and lint.shellcheck).
 PACKAGES=(build-essential cmake ninja-build git python3 python3-venv zlib1g-dev
           libgtest-dev libcli11-dev nlohmann-json3-dev libgloo-dev dataset-fashion-mnist
-          slurm-wlm munge openmpi-bin libopenmpi-dev libpmix-dev iproute2 util-linux procps)
+          slurm-wlm munge openmpi-bin libopenmpi-dev libpmix-dev iproute2 util-linux procps
+          clang-format shellcheck)
 
 missing_packages() {
   local p

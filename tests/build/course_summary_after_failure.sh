@@ -10,6 +10,7 @@ trap 'rm -rf "$tmp"' EXIT
 
 mkdir -p "$tmp/tree/scripts" "$tmp/build/bin/solutions" "$tmp/stubs"
 cp "$root/scripts/course" "$root/scripts/env.sh" "$tmp/tree/scripts/"
+# shellcheck disable=SC2016  # the stub's own $0, expanded when the stub runs
 printf '#!/bin/sh\necho "stub: $(basename "$0")"\n' >"$tmp/tree/scripts/setup.sh"
 cp "$tmp/tree/scripts/setup.sh" "$tmp/tree/scripts/build.sh"
 # A training program as the course sees it: epoch lines, rank 0's snapshot, a checksum per rank.

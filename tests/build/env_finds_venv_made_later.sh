@@ -8,6 +8,7 @@ root=${DDPW_ROOT:?DDPW_ROOT must point at the project}
 home=$(mktemp -d /tmp/ddpw-envtest.XXXXXX)
 trap 'rm -rf "$home"' EXIT
 
+# shellcheck disable=SC2016  # the inner shell expands its own variables, in a bare environment
 out=$(env -i HOME="$home" DDPW_HOME="$home/ddpw" PATH=/usr/bin:/bin bash -c '
   set -euo pipefail
   source "$1/scripts/env.sh"

@@ -62,6 +62,7 @@ LEARNER
 
 # In the namespaces (as root): hide the headers, then become the learner.
 rc=0
+# shellcheck disable=SC2016  # the script runs inside the namespaces and expands its variables there
 unshare --mount --net --propagation private bash -euo pipefail -c '
   ip link set lo up
   for hidden in /usr/include/CLI /usr/include/gloo /usr/share/cmake/CLI11; do

@@ -32,12 +32,12 @@ run_case() {
   cd "$WORK"
 }
 
-run_case empty        'is truncated \(0 bytes\)'                    syn.pt ': > $snap'                    "${syn[@]}"
-run_case cut_header   'is truncated \(10 bytes\)'                   syn.pt 'truncate -s 10 $snap'         "${syn[@]}"
+run_case empty        'is truncated \(0 bytes\)'                    syn.pt ": > $snap"                    "${syn[@]}"
+run_case cut_header   'is truncated \(10 bytes\)'                   syn.pt "truncate -s 10 $snap"         "${syn[@]}"
 run_case cut_half     'is truncated or padded'                      syn.pt "truncate -s $((size / 2)) $snap" "${syn[@]}"
-run_case padded       'is truncated or padded'                      syn.pt 'printf x >> $snap'            "${syn[@]}"
-run_case magic        'is not a ddp-workshop snapshot'              syn.pt 'flip $snap 0'                 "${syn[@]}"
-run_case version      'has format version'                          syn.pt 'flip $snap 9'                 "${syn[@]}"
+run_case padded       'is truncated or padded'                      syn.pt "printf x >> $snap"            "${syn[@]}"
+run_case magic        'is not a ddp-workshop snapshot'              syn.pt "flip $snap 0"                 "${syn[@]}"
+run_case version      'has format version'                          syn.pt "flip $snap 9"                 "${syn[@]}"
 run_case flip_payload 'is corrupt \(checksum mismatch\)'            syn.pt "flip $snap $((size / 2))"     "${syn[@]}"
 run_case flip_last    'is corrupt \(checksum mismatch\)'            syn.pt "flip $snap $((size - 1))"     "${syn[@]}"
 run_case not_ours     'is not a ddp-workshop snapshot'              syn.log 'true'                              "${syn[@]}"

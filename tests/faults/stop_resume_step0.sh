@@ -25,7 +25,6 @@ stop_once() {
   local took; took=$(seconds_since "$start")
   [ "$rc" -eq 75 ] || { cat "part$part.log"; fail "SIG$sig: exit $rc, expected 75"; }
   over "$took" 3 && fail "SIG$sig: took ${took}s to stop"
-  local num; num=$(kill -l "$sig")
   local stop; stop=$(grep -E "Stopping at epoch [0-9]+, step [0-9]+ \(SIG$sig\)" "part$part.log") ||
     { cat "part$part.log"; fail "SIG$sig: no 'Stopping at ...' line"; }
   STOP_EPOCH=$(echo "$stop" | sed -E 's/.*epoch ([0-9]+), step ([0-9]+).*/\1/')

@@ -9,7 +9,7 @@ source "$(dirname "$0")/lib.sh"
 for step in step0_single_gpu step1_multigpu_fork step2_env_launch step3_multinode_slurm; do
   n=${step:4:1}
   snapshot=snapshot-step$n-exercise.pt
-  [ "$n" = 0 ] && snapshot=snapshot-step0.pt  # the starting program: no exercise, no solution
+  [ "$n" = 0 ] && snapshot="snapshot-step0.pt"  # the starting program: no exercise, no solution
   MASTER_PORT=$(free_port) run_logged "$step.log" "$BIN/$step" 2 1 --device cpu \
     || { cat "$step.log"; fail "exercise $step does not run"; }
   [ -s "$snapshot" ] || fail "exercise $step wrote no $snapshot"
