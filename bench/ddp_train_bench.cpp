@@ -43,22 +43,22 @@
 #include <thread>
 #include <vector>
 
-#include "ddp/adadelta.h"                  // defines: Adadelta (the CNN's optimizer)
-#include "ddp/data.h"                      // defines: Dataset, DistributedSampler, Loader
-#include "ddp/device.h"                    // defines: choose_device, device_name
-#include "ddp/distributed_data_parallel.h" // defines: DistributedDataParallel (overlapped mode)
-#include "ddp/error.h"                     // defines: Error, run_main, exit codes
-#include "ddp/idx.h"                       // defines: load_idx_dataset (Fashion-MNIST)
-#include "ddp/launch_env.h"                // defines: resolve_launch_env (torchrun, mpirun, srun)
-#include "ddp/models.h"                    // defines: Model, LinearRegressor, MnistCnn
-#include "ddp/process_group.h"             // defines: ProcessGroup (Gloo / NCCL)
-#include "ddp/run_report.h"                // defines: host_name
-#include "ddp/sgd.h"                       // defines: Sgd (multi-tensor on GPUs, as torch.optim.SGD)
-#include "ddp/sync_counter.h"              // defines: SyncCounter (host synchronizations per step)
-#include "mlp.h"                           // defines: bench::Mlp (the mlp workload)
+#include "ddp/adadelta.h"                   // defines: Adadelta (the CNN's optimizer)
+#include "ddp/data.h"                       // defines: Dataset, DistributedSampler, Loader
+#include "ddp/device.h"                     // defines: choose_device, device_name
+#include "ddp/distributed_data_parallel.h"  // defines: DistributedDataParallel (overlapped mode)
+#include "ddp/error.h"                      // defines: Error, run_main, exit codes
+#include "ddp/idx.h"                        // defines: load_idx_dataset (Fashion-MNIST)
+#include "ddp/launch_env.h"                 // defines: resolve_launch_env (torchrun, mpirun, srun)
+#include "ddp/models.h"                     // defines: Model, LinearRegressor, MnistCnn
+#include "ddp/process_group.h"              // defines: ProcessGroup (Gloo / NCCL)
+#include "ddp/run_report.h"                 // defines: host_name
+#include "ddp/sgd.h"                        // defines: Sgd (multi-tensor on GPUs, as torch.optim.SGD)
+#include "ddp/sync_counter.h"               // defines: SyncCounter (host synchronizations per step)
+#include "mlp.h"                            // defines: bench::Mlp (the mlp workload)
 
 #ifdef DDPW_HAVE_CUDA
-#include <ATen/cuda/CUDAEvent.h>           // defines: CUDAEvent (step timing on a GPU)
+#include <ATen/cuda/CUDAEvent.h>  // defines: CUDAEvent (step timing on a GPU)
 #endif
 
 namespace {
@@ -87,8 +87,7 @@ struct BenchOptions {
 
 BenchOptions parse(int argc, char** argv) {
   BenchOptions o;
-  CLI::App app{"Time a data-parallel training step (C++ DDP); launch with torchrun, mpirun or srun",
-               "ddp_train_bench"};
+  CLI::App app{"Time a data-parallel training step (C++ DDP); launch with torchrun, mpirun or srun", "ddp_train_bench"};
   app.option_defaults()->always_capture_default();
   app.add_option("--workload", o.workload, "synthetic, cnn or mlp (see the source's header)")
       ->check(CLI::IsMember({"synthetic", "cnn", "mlp"}));
@@ -181,7 +180,7 @@ class NaiveAllreduce {
  public:
   NaiveAllreduce(ddp::Model& model, ddp::ProcessGroup& pg) : params_(model.parameters()), pg_(pg) {
     torch::NoGradGuard no_grad;  // in-place writes into leaves that require grad
-    for (auto& p : params_) {  // one at a time: Gloo's list form means one tensor per device
+    for (auto& p : params_) {    // one at a time: Gloo's list form means one tensor per device
       std::vector<torch::Tensor> one{p};
       pg_.broadcast(one, 0, "initial parameters");
     }
@@ -225,9 +224,8 @@ void print_metadata(const BenchOptions& o, const ddp::LaunchEnv& launch, ddp::Pr
                     const torch::Device& device) {
   std::printf("# ddp_train_bench: LibTorch %s, g++ %s, C++ ddp::DistributedDataParallel\n", DDPW_TORCH_VERSION,
               __VERSION__);
-  std::printf("# world size %d (%s), backend %s, device %s, threads %d per rank (torch::set_num_threads)\n",
-              pg.size(), launch.launcher.c_str(), pg.backend_name().c_str(), ddp::device_name(device).c_str(),
-              o.threads);
+  std::printf("# world size %d (%s), backend %s, device %s, threads %d per rank (torch::set_num_threads)\n", pg.size(),
+              launch.launcher.c_str(), pg.backend_name().c_str(), ddp::device_name(device).c_str(), o.threads);
   std::printf("# machine: %s, %u cores, host %s\n", cpu_model().c_str(), std::thread::hardware_concurrency(),
               ddp::host_name().c_str());
   std::printf("# date: %s\n", now_iso().c_str());
@@ -419,13 +417,14 @@ int train_bench(const BenchOptions& o, const ddp::LaunchEnv& launch, ddp::Proces
     const size_t buckets = ddp_model ? ddp_model->bucket_count() : naive ? naive->allreduces_per_step() : 0;
     if (!o.no_header) {
       print_metadata(o, launch, pg, device);
-      std::printf("# steps: %d warm-up (untimed), %d timed; step time = slowest rank; mode %s%s\n", o.warmup,
-                  o.steps, o.mode.c_str(),
+      std::printf("# steps: %d warm-up (untimed), %d timed; step time = slowest rank; mode %s%s\n", o.warmup, o.steps,
+                  o.mode.c_str(),
                   naive   ? " (buckets column = allreduces per step, one per parameter)"
                   : local ? " (no gradient exchange: a baseline, not data parallelism)"
                           : "");
-      std::printf("#\n%s\n%s\n", "#  workload        mode  backend  ranks  threads  batch    params  bucket  buckets"
-                                  "  steps    median       min       p90    samples/s  impl",
+      std::printf("#\n%s\n%s\n",
+                  "#  workload        mode  backend  ranks  threads  batch    params  bucket  buckets"
+                  "  steps    median       min       p90    samples/s  impl",
                   "#                                                 /rank             (MiB)                   "
                   "(ms)      (ms)      (ms)     (global)");
     }
@@ -539,11 +538,13 @@ int allreduce_bench(const BenchOptions& o, const ddp::LaunchEnv& launch, ddp::Pr
       std::printf("# allreduce (sum, float32) of one buffer; %d warm-up, %d timed; time = slowest rank, median\n",
                   o.warmup, o.steps);
       if (cuda)
-        std::printf("# timing: CUDA events around each allreduce on the current stream (which waits for NCCL's)\n"
-                    "# memcpy column: device-to-device copy of the same size on rank 0's GPU, CUDA events\n#\n");
+        std::printf(
+            "# timing: CUDA events around each allreduce on the current stream (which waits for NCCL's)\n"
+            "# memcpy column: device-to-device copy of the same size on rank 0's GPU, CUDA events\n#\n");
       else
-        std::printf("# timing: host steady clock\n"
-                    "# memcpy column: one thread's memcpy on rank 0 while the other ranks wait, same size\n#\n");
+        std::printf(
+            "# timing: host steady clock\n"
+            "# memcpy column: one thread's memcpy on rank 0 while the other ranks wait, same size\n#\n");
       std::printf("#       size  ranks      time    algbw    busbw   memcpy  busbw/memcpy\n");
       std::printf("#        (B)              (ms)   (GB/s)   (GB/s)   (GB/s)\n");
     }

@@ -63,8 +63,10 @@ struct BenchOptions {
 
 BenchOptions parse(int argc, char** argv) {
   BenchOptions o;
-  CLI::App app{"ZeRO-1/2 against DDP: bytes and peak memory per rank, step time; launch with torchrun, mpirun "
-               "or srun", "zero_bench"};
+  CLI::App app{
+      "ZeRO-1/2 against DDP: bytes and peak memory per rank, step time; launch with torchrun, mpirun "
+      "or srun",
+      "zero_bench"};
   app.option_defaults()->always_capture_default();
   app.add_option("--strategy", o.strategy, "ddp, zero1 or zero2")->check(CLI::IsMember({"ddp", "zero1", "zero2"}));
   app.add_option("--width", o.width, "MLP width")->check(CLI::Range(int64_t{8}, int64_t{16384}));
@@ -73,7 +75,8 @@ BenchOptions parse(int argc, char** argv) {
   app.add_option("--samples", o.samples, "Random samples in memory")->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
   app.add_option("--warmup", o.warmup, "Untimed steps first")->check(CLI::Range(0, 1 << 20));
   app.add_option("--steps", o.steps, "Timed steps")->check(CLI::Range(1, 1 << 20));
-  app.add_option("--bucket-mb", o.bucket_mb, "Gradient bucket size in MiB (every strategy)")->check(CLI::Range(0.001, 4096.0));
+  app.add_option("--bucket-mb", o.bucket_mb, "Gradient bucket size in MiB (every strategy)")
+      ->check(CLI::Range(0.001, 4096.0));
   app.add_option("--threads", o.threads, "Intra-op threads per rank")->check(CLI::Range(1, 1024));
   app.add_option("--device", o.device, "auto, cpu, cuda or cuda:N");
   app.add_option("--backend", o.backend, "auto, gloo or nccl")->check(CLI::IsMember({"auto", "gloo", "nccl"}));
@@ -130,7 +133,7 @@ constexpr double kMiB = 1024.0 * 1024.0;
 
 int train_bench(const BenchOptions& o, ddp::ProcessGroup& pg, const torch::Device& device) {
   const int rank = pg.rank(), world = pg.size();
-  const int64_t rss_before = resident_memory().first;  // LibTorch and the group, no model yet
+  const int64_t rss_before = resident_memory().first;                         // LibTorch and the group, no model yet
   std::shared_ptr<ddp::ProcessGroup> pg_ref(&pg, [](ddp::ProcessGroup*) {});  // not owned
   torch::manual_seed(0);
   auto model = std::make_shared<bench::Mlp>(o.width, o.layers);
@@ -146,7 +149,8 @@ int train_bench(const BenchOptions& o, ddp::ProcessGroup& pg, const torch::Devic
     ddp::DdpOptions options;
     options.bucket_mb = o.bucket_mb;
     ddp_model = std::make_unique<ddp::DistributedDataParallel<bench::Mlp>>(model, pg_ref, options);
-    adamw = std::make_unique<torch::optim::AdamW>(model->parameters(), torch::optim::AdamWOptions(1e-4).weight_decay(0.01));
+    adamw =
+        std::make_unique<torch::optim::AdamW>(model->parameters(), torch::optim::AdamWOptions(1e-4).weight_decay(0.01));
   } else {
     ddp::ZeroOptions options;
     options.stage = o.strategy == "zero1" ? 1 : 2;
@@ -185,7 +189,8 @@ int train_bench(const BenchOptions& o, ddp::ProcessGroup& pg, const torch::Devic
     pg.wait(pg.backend().allreduce(t, max), "allreduce of the step times");
   }
   const auto step_times = slowest.cpu();
-  const double step_ms = median(std::vector<double>(step_times.data_ptr<double>(), step_times.data_ptr<double>() + times.size())) * 1e3;
+  const double step_ms =
+      median(std::vector<double>(step_times.data_ptr<double>(), step_times.data_ptr<double>() + times.size())) * 1e3;
 
   // Bytes held per rank between steps, from the tensors themselves.
   int64_t param_bytes = 0, grad_bytes = 0, state_bytes = 0;
@@ -223,17 +228,20 @@ int train_bench(const BenchOptions& o, ddp::ProcessGroup& pg, const torch::Devic
     if (!o.no_header) {
       std::printf("# zero_bench: LibTorch %s, backend %s, device %s, %d thread(s) per rank\n", DDPW_TORCH_VERSION,
                   pg.backend_name().c_str(), device.str().c_str(), o.threads);
-      std::printf("# mlp %d x %lld wide, %lld parameters, batch %d per rank, AdamW, buckets %.2f MiB; %d warm-up + %d "
-                  "timed steps; bytes per rank measured from the tensors (max over ranks); peak RSS = VmHWM\n",
-                  o.layers, static_cast<long long>(o.width), static_cast<long long>(numel), o.batch_size, o.bucket_mb,
-                  o.warmup, o.steps);
-      std::printf("#\n# ranks strategy  params   grads  optimizer  peak RSS  RSS growth  step median   peak RSS per rank\n");
+      std::printf(
+          "# mlp %d x %lld wide, %lld parameters, batch %d per rank, AdamW, buckets %.2f MiB; %d warm-up + %d "
+          "timed steps; bytes per rank measured from the tensors (max over ranks); peak RSS = VmHWM\n",
+          o.layers, static_cast<long long>(o.width), static_cast<long long>(numel), o.batch_size, o.bucket_mb, o.warmup,
+          o.steps);
+      std::printf(
+          "#\n# ranks strategy  params   grads  optimizer  peak RSS  RSS growth  step median   peak RSS per rank\n");
       std::printf("#                   (MiB)   (MiB)  state(MiB)  (MiB,max)  (MiB,max)       (ms)          (MiB)\n");
     }
     std::string per_rank;
     for (double p : peaks) per_rank += (per_rank.empty() ? "" : "/") + std::to_string(static_cast<int64_t>(p / kMiB));
     std::printf("%7d %8s %7.1f %7.1f %10.1f %9.0f %11.0f %12.2f   %s\n", world, o.strategy.c_str(), param_bytes / kMiB,
-                *std::max_element(grads.begin(), grads.end()) / kMiB, *std::max_element(states.begin(), states.end()) / kMiB,
+                *std::max_element(grads.begin(), grads.end()) / kMiB,
+                *std::max_element(states.begin(), states.end()) / kMiB,
                 *std::max_element(peaks.begin(), peaks.end()) / kMiB,
                 *std::max_element(growths.begin(), growths.end()) / kMiB, step_ms, per_rank.c_str());
     if (ok)
@@ -274,7 +282,8 @@ int collectives_bench(const BenchOptions& o, ddp::ProcessGroup& pg, const torch:
   const double gather_ms = time_it([&] { ddp::all_gather_slices(pg, flats, "all_gather_slices"); });
   if (pg.rank() == 0) {
     if (!o.no_header)
-      std::printf("# ranks backend  MiB  allreduce(ms)  _reduce_scatter_base(ms)  ddp::ReduceScatter(ms)  all-gather(ms)\n");
+      std::printf(
+          "# ranks backend  MiB  allreduce(ms)  _reduce_scatter_base(ms)  ddp::ReduceScatter(ms)  all-gather(ms)\n");
     std::printf("%7lld %7s %5.1f %14.2f %25.2f %23.2f %15.2f\n", static_cast<long long>(n), pg.backend_name().c_str(),
                 count * 4 / kMiB, allreduce, rs_base, rs_ours, gather_ms);
     std::fflush(stdout);

@@ -38,8 +38,7 @@ void AdadeltaParamState::serialize(torch::serialize::InputArchive& archive) {
 }
 
 Adadelta::Adadelta(std::vector<torch::Tensor> params, AdadeltaOptions options)
-    : Optimizer({torch::optim::OptimizerParamGroup(std::move(params))},
-                std::make_unique<AdadeltaOptions>(options)) {
+    : Optimizer({torch::optim::OptimizerParamGroup(std::move(params))}, std::make_unique<AdadeltaOptions>(options)) {
   // The same checks (and limits) as torch.optim.Adadelta's constructor.
   TORCH_CHECK(options.lr() >= 0, "Adadelta: invalid learning rate ", options.lr(), " (must be >= 0)");
   TORCH_CHECK(options.rho() >= 0 && options.rho() <= 1, "Adadelta: invalid rho ", options.rho(),

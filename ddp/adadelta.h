@@ -40,8 +40,7 @@ struct AdadeltaParamState : public torch::optim::OptimizerCloneableParamState<Ad
 class Adadelta : public torch::optim::Optimizer {
  public:
   explicit Adadelta(std::vector<torch::Tensor> params, AdadeltaOptions options = {});
-  Adadelta(std::vector<torch::Tensor> params, double lr, double rho = 0.9, double eps = 1e-6,
-           double weight_decay = 0);
+  Adadelta(std::vector<torch::Tensor> params, double lr, double rho = 0.9, double eps = 1e-6, double weight_decay = 0);
   torch::Tensor step(LossClosure closure = nullptr) override;
   void save(torch::serialize::OutputArchive& archive) const override;
   void load(torch::serialize::InputArchive& archive) override;

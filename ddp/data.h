@@ -33,7 +33,7 @@ struct Dataset {
 
  private:
   mutable std::shared_ptr<const Dataset> on_device_;  // the copy kept by on()...
-  mutable const void* on_device_from_ = nullptr;       // ...of these inputs
+  mutable const void* on_device_from_ = nullptr;      // ...of these inputs
 };
 
 // 2048 samples of 20 features (the tutorial's size), x ~ U[0,1), y = x·w + b + 0.01·noise with a
@@ -46,8 +46,7 @@ Dataset make_synthetic_dataset(int64_t samples = 2048, int64_t features = 20, ui
 // same number of samples, disjoint within one epoch. With num_replicas = 1 it is a plain shuffle.
 class DistributedSampler {
  public:
-  DistributedSampler(int64_t dataset_size, int num_replicas = 1, int rank = 0, uint64_t seed = 0,
-                     bool shuffle = true);
+  DistributedSampler(int64_t dataset_size, int num_replicas = 1, int rank = 0, uint64_t seed = 0, bool shuffle = true);
   void set_epoch(int64_t epoch);  // a new order for this epoch; call it before every epoch
   int64_t epoch() const { return epoch_; }
   int64_t num_samples() const { return num_samples_; }
@@ -68,8 +67,8 @@ class DistributedSampler {
 class Loader {
  public:
   Loader(const Dataset& data, const DistributedSampler& sampler, int64_t batch_size, torch::Device device);
-  int64_t steps() const;               // batches per epoch on this rank (the last may be short)
-  Batch batch(int64_t step) const;     // on the device
+  int64_t steps() const;            // batches per epoch on this rank (the last may be short)
+  Batch batch(int64_t step) const;  // on the device
   int64_t batch_size() const { return batch_size_; }
   // Seconds spent in batch() (gather, convert, copy to the device) since the last call; restarts
   // the count. The epoch report shows it, so a data-bound run is visible. (On a GPU: the time to
@@ -85,7 +84,7 @@ class Loader {
   torch::Device device_;
   mutable torch::Tensor order_on_device_;  // a GPU's copy of the sampler's indices...
   mutable int64_t order_epoch_ = -1;       // ...for this epoch
-  mutable double load_seconds_ = 0;  // bookkeeping only: batch() stays const (steps are addressable)
+  mutable double load_seconds_ = 0;        // bookkeeping only: batch() stays const (steps are addressable)
 };
 
 }  // namespace ddp

@@ -85,9 +85,14 @@ const std::map<std::string, std::string>& known_zero_keys() {
   return keys;
 }
 
-const std::vector<std::string> kAppliedTopLevel = {"train_batch_size",   "train_micro_batch_size_per_gpu",
-                                                   "gradient_accumulation_steps", "optimizer", "scheduler",
-                                                   "gradient_clipping",  "steps_per_print", "zero_optimization"};
+const std::vector<std::string> kAppliedTopLevel = {"train_batch_size",
+                                                   "train_micro_batch_size_per_gpu",
+                                                   "gradient_accumulation_steps",
+                                                   "optimizer",
+                                                   "scheduler",
+                                                   "gradient_clipping",
+                                                   "steps_per_print",
+                                                   "zero_optimization"};
 
 size_t edit_distance(const std::string& a, const std::string& b) {
   std::vector<size_t> row(b.size() + 1);
@@ -129,7 +134,8 @@ class Reader {
   double number(const Json& value, const std::string& key) const {
     if (value.is_number()) return value.get<double>();
     if (value.is_string() && value.get<std::string>() == "auto")
-      throw bad(key, "is \"auto\"", "\"auto\" is filled in by the Hugging Face Trainer, not by DeepSpeed: write a number");
+      throw bad(key, "is \"auto\"",
+                "\"auto\" is filled in by the Hugging Face Trainer, not by DeepSpeed: write a number");
     throw bad(key, "must be a number, not " + type_name(value),
               value.is_string() ? "write it without quotes, e.g. \"" + leaf(key) + "\": " + value.get<std::string>()
                                 : "write a number");
@@ -138,7 +144,8 @@ class Reader {
   double number_at_least(const Json& value, const std::string& key, double minimum) const {
     const double v = number(value, key);
     if (!std::isfinite(v) || v < minimum)
-      throw bad(key, "is " + value.dump() + " but must be at least " + fmt(minimum), "choose a value >= " + fmt(minimum));
+      throw bad(key, "is " + value.dump() + " but must be at least " + fmt(minimum),
+                "choose a value >= " + fmt(minimum));
     return v;
   }
 
@@ -146,8 +153,8 @@ class Reader {
   int64_t integer_at_least(const Json& value, const std::string& key, int64_t minimum) const {
     const double v = number(value, key);
     if (!std::isfinite(v) || v != std::floor(v) || std::fabs(v) > 9e15)
-      throw bad(key, "must be a whole number, not " + value.dump(), "write an integer, e.g. \"" + leaf(key) + "\": " +
-                                                                        std::to_string(std::max<int64_t>(minimum, 1)));
+      throw bad(key, "must be a whole number, not " + value.dump(),
+                "write an integer, e.g. \"" + leaf(key) + "\": " + std::to_string(std::max<int64_t>(minimum, 1)));
     if (v < static_cast<double>(minimum))
       throw bad(key, "is " + value.dump() + " but must be at least " + std::to_string(minimum),
                 "choose a value >= " + std::to_string(minimum));
@@ -160,7 +167,8 @@ class Reader {
   }
 
   const Json& object(const Json& value, const std::string& key) const {
-    if (!value.is_object()) throw bad(key, "must be an object { ... }, not " + type_name(value), "see DeepSpeed's config docs");
+    if (!value.is_object())
+      throw bad(key, "must be an object { ... }, not " + type_name(value), "see DeepSpeed's config docs");
     return value;
   }
 
@@ -184,7 +192,8 @@ class Reader {
     bool has_type = false;
     for (const auto& [key, value] : section.items()) {
       if (key == "type") {
-        if (!value.is_string()) throw bad("optimizer.type", "must be a string, not " + type_name(value), "write \"AdamW\"");
+        if (!value.is_string())
+          throw bad("optimizer.type", "must be a string, not " + type_name(value), "write \"AdamW\"");
         adam.type = value.get<std::string>();
         const std::string t = lower(adam.type);
         if (t != "adam" && t != "adamw")
@@ -204,7 +213,8 @@ class Reader {
             adam.beta1 = number(v[0], k + "[0]");
             adam.beta2 = number(v[1], k + "[1]");
             for (double b : {adam.beta1, adam.beta2})
-              if (!(b >= 0 && b < 1)) throw bad(k, "is " + v.dump() + " but each beta must be in [0, 1)", "e.g. [0.9, 0.999]");
+              if (!(b >= 0 && b < 1))
+                throw bad(k, "is " + v.dump() + " but each beta must be in [0, 1)", "e.g. [0.9, 0.999]");
           } else if (name == "eps") {
             adam.eps = number_at_least(v, k, 0);
           } else if (name == "weight_decay") {
@@ -215,7 +225,8 @@ class Reader {
             boolean(v, k);
             ignore(k, "the multi-tensor Adam/AdamW here follows torch.optim.AdamW either way");
           } else if (name == "bias_correction") {
-            if (!boolean(v, k)) throw bad(k, "is false, which is not implemented here", "remove it (bias correction on)");
+            if (!boolean(v, k))
+              throw bad(k, "is false, which is not implemented here", "remove it (bias correction on)");
           } else if (name == "amsgrad" || name == "maximize") {
             if (boolean(v, k)) throw bad(k, "is true, which is not implemented here", "remove it");
           } else if (name == "max_grad_norm") {
@@ -256,7 +267,8 @@ class Reader {
             warmup.warmup_num_steps = integer_at_least(v, k, 0);
           } else if (name == "warmup_type") {
             if (!v.is_string() || (v.get<std::string>() != "log" && v.get<std::string>() != "linear"))
-              throw bad(k, "is " + v.dump() + " but must be \"log\" or \"linear\"", "write \"log\" (the default) or \"linear\"");
+              throw bad(k, "is " + v.dump() + " but must be \"log\" or \"linear\"",
+                        "write \"log\" (the default) or \"linear\"");
             warmup.warmup_type = v.get<std::string>();
           } else if (name == "last_batch_iteration") {
             integer_at_least(v, k, -1);
@@ -305,8 +317,9 @@ class Reader {
   }
 
   void read(const Json& root) {
-    if (!root.is_object()) throw Error(c_.origin + " holds " + type_name(root) + ", not a DeepSpeed config object",
-                                       "the file must be one JSON object { \"train_batch_size\": ..., ... }");
+    if (!root.is_object())
+      throw Error(c_.origin + " holds " + type_name(root) + ", not a DeepSpeed config object",
+                  "the file must be one JSON object { \"train_batch_size\": ..., ... }");
     // The optimizer first: the scheduler's default peak is its lr.
     if (root.contains("optimizer")) read_optimizer(root.at("optimizer"));
     for (const auto& [key, value] : root.items()) {
@@ -374,8 +387,9 @@ DeepSpeedConfig parse_deepspeed_config(const std::string& json_text, const std::
                 "fix the syntax at that place (JSON has no comments and no trailing commas)");
   }
   if (!duplicate.empty())
-    throw Error(origin + ": the key \"" + duplicate + "\" appears twice in the same object (DeepSpeed refuses this too)",
-                "keep one of them");
+    throw Error(
+        origin + ": the key \"" + duplicate + "\" appears twice in the same object (DeepSpeed refuses this too)",
+        "keep one of them");
   Reader(config).read(root);
   return config;
 }

@@ -47,13 +47,13 @@ struct BatchSizes {
 struct DeepSpeedConfig {
   std::string origin;  // the file, for messages
   std::optional<int64_t> train_batch_size, train_micro_batch_size_per_gpu, gradient_accumulation_steps;
-  std::optional<AdamConfig> optimizer;      // absent: the program's own optimizer settings
-  std::optional<WarmupLRConfig> scheduler;  // absent: a constant learning rate
-  double gradient_clipping = 0;             // max global gradient norm; 0: off
-  int64_t steps_per_print = 10;             // DeepSpeed's default
-  int zero_stage = 0;                       // 0: plain data parallelism
+  std::optional<AdamConfig> optimizer;        // absent: the program's own optimizer settings
+  std::optional<WarmupLRConfig> scheduler;    // absent: a constant learning rate
+  double gradient_clipping = 0;               // max global gradient norm; 0: off
+  int64_t steps_per_print = 10;               // DeepSpeed's default
+  int zero_stage = 0;                         // 0: plain data parallelism
   std::optional<int64_t> reduce_bucket_size;  // elements per gradient bucket
-  std::vector<std::string> ignored;         // "key: why", in file order
+  std::vector<std::string> ignored;           // "key: why", in file order
 
   // DeepSpeed's rules: any two of the three numbers give the third; one alone means no
   // accumulation. Throws ddp::Error naming the keys when they do not fit this world size.

@@ -51,8 +51,10 @@ std::string gpu_bus_id([[maybe_unused]] const torch::Device& device) {
 int workers_per_node(const std::string& requested_device, int nproc) {
   const int gpus = requested_device == "cpu" ? 0 : visible_gpus();
   if (gpus == 0) return nproc;
-  std::printf("%d GPU(s) visible: starting one worker per GPU (%d); --nproc (%d) counts CPU workers, "
-              "for --device cpu\n", gpus, gpus, nproc);
+  std::printf(
+      "%d GPU(s) visible: starting one worker per GPU (%d); --nproc (%d) counts CPU workers, "
+      "for --device cpu\n",
+      gpus, gpus, nproc);
   std::fflush(stdout);
   return gpus;
 }

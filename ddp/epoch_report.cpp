@@ -95,9 +95,10 @@ void EpochReporter::end_epoch(EpochLog& log, Model& model) {
   if (metrics_) metrics_->write(m);
   // "data": the share of the epoch the slowest loader spent producing batches.
   if (workload_.classification)
-    fmt::print("Epoch {} | train loss {:.4f} | test loss {:.4f} | test accuracy {:.2f}% | {:.0f} samples/s | {:.2f} s"
-               " | data {:.1f} %\n",
-               m.epoch, train_loss, eval.loss, 100.0 * eval.accuracy, m.samples_per_s, slowest, data_percent);
+    fmt::print(
+        "Epoch {} | train loss {:.4f} | test loss {:.4f} | test accuracy {:.2f}% | {:.0f} samples/s | {:.2f} s"
+        " | data {:.1f} %\n",
+        m.epoch, train_loss, eval.loss, 100.0 * eval.accuracy, m.samples_per_s, slowest, data_percent);
   else
     fmt::print("Epoch {} | train loss {:.6f} | test loss {:.6f} | {:.0f} samples/s | {:.2f} s | data {:.1f} %\n",
                m.epoch, train_loss, eval.loss, m.samples_per_s, slowest, data_percent);

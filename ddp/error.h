@@ -17,8 +17,7 @@ inline constexpr int kExitRequeue = 75;  // EX_TEMPFAIL
 // An error the user can fix: what went wrong, and a hint with the likely fix.
 class Error : public std::runtime_error {
  public:
-  Error(const std::string& what, std::string hint = "")
-      : std::runtime_error(what), hint_(std::move(hint)) {}
+  Error(const std::string& what, std::string hint = "") : std::runtime_error(what), hint_(std::move(hint)) {}
   const std::string& hint() const { return hint_; }
 
  private:
@@ -39,7 +38,7 @@ void set_error_prefix(const std::string& prefix);
 
 }  // namespace ddp
 
-#define DDP_CHECK(cond, what, hint)          \
-  do {                                       \
+#define DDP_CHECK(cond, what, hint)                  \
+  do {                                               \
     if (!(cond)) throw ::ddp::Error((what), (hint)); \
   } while (0)

@@ -45,8 +45,7 @@ void remove_tree(const std::string& path) {
         std::remove(p);  // what cannot be removed stays; the walk goes on (0) to remove the rest
         return 0;
       },
-      16,
-      FTW_DEPTH | FTW_PHYS);
+      16, FTW_DEPTH | FTW_PHYS);
 }
 
 namespace {

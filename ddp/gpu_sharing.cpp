@@ -27,18 +27,21 @@ SharingVerdict judge_gpu_sharing(const std::string& backend, const std::vector<G
   if (shared.empty()) return verdict;
   std::string list;
   for (const auto& g : shared)
-    list += (list.empty() ? "" : "; ") + std::string("ranks ") + ranks_text(g.ranks) + " on GPU " + g.bus_id +
-            " of " + g.host;
+    list += (list.empty() ? "" : "; ") + std::string("ranks ") + ranks_text(g.ranks) + " on GPU " + g.bus_id + " of " +
+            g.host;
   if (backend != "nccl") {
     verdict.note = list + " (fine for " + backend + ", which copies CUDA tensors through the host; NCCL would refuse)";
     return verdict;
   }
   verdict.refused = true;
-  verdict.what = "ranks would share a GPU under NCCL, which needs one GPU per rank (it would stop with "
-                 "\"Duplicate GPU detected\"): " + list;
-  verdict.hint = "one rank per GPU: tasks per node (--ntasks-per-node, --nproc_per_node) = GPUs per node "
-                 "(--gres=gpu:N / --gpus-per-node=N), each rank on its local rank's GPU (--device cuda, not cuda:N); "
-                 "or --backend gloo to share GPUs";
+  verdict.what =
+      "ranks would share a GPU under NCCL, which needs one GPU per rank (it would stop with "
+      "\"Duplicate GPU detected\"): " +
+      list;
+  verdict.hint =
+      "one rank per GPU: tasks per node (--ntasks-per-node, --nproc_per_node) = GPUs per node "
+      "(--gres=gpu:N / --gpus-per-node=N), each rank on its local rank's GPU (--device cuda, not cuda:N); "
+      "or --backend gloo to share GPUs";
   return verdict;
 }
 

@@ -34,7 +34,7 @@ class GradientHooks {
 
  private:
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // kept alive: the hooks live on them
-  std::shared_ptr<int> alive_ = std::make_shared<int>(0);            // hooks outlive us: they check this first
+  std::shared_ptr<int> alive_ = std::make_shared<int>(0);             // hooks outlive us: they check this first
 };
 
 }  // namespace ddp

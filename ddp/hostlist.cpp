@@ -115,8 +115,7 @@ std::vector<std::string> expand_hostlist(const std::string& hostlist) {
 
 std::vector<int> expand_tasks_per_node(const std::string& tasks_per_node) {
   const auto bad = [&](const std::string& why) {
-    return Error("cannot read SLURM_TASKS_PER_NODE='" + tasks_per_node + "': " + why,
-                 "expected a list like '2(x3),1'");
+    return Error("cannot read SLURM_TASKS_PER_NODE='" + tasks_per_node + "': " + why, "expected a list like '2(x3),1'");
   };
   std::vector<int> counts;
   if (tasks_per_node.empty()) throw bad("it is empty");

@@ -83,8 +83,8 @@ class IdxReader {
       done += got;
     }
     if (done < bytes)
-      throw Error(path_ + ": truncated: expected " + what + ", the data stops after " + std::to_string(done) +
-                      " of " + std::to_string(bytes) + " bytes",
+      throw Error(path_ + ": truncated: expected " + what + ", the data stops after " + std::to_string(done) + " of " +
+                      std::to_string(bytes) + " bytes",
                   "the file is incomplete; replace it. " + std::string(kWhereToGetIt));
   }
 

@@ -60,10 +60,8 @@ void from_torchrun(const EnvMap& env, LaunchEnv& l) {
   l.global_rank = *get_int(env, "RANK");
   l.world_size = *get_int(env, "WORLD_SIZE");
   // Set by hand (env:// style) these two may be missing; fall back to other launchers' values.
-  l.local_rank = first_int(env, {"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"})
-                     .value_or(l.global_rank);
-  l.local_world_size =
-      first_int(env, {"LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE"}).value_or(l.world_size);
+  l.local_rank = first_int(env, {"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"}).value_or(l.global_rank);
+  l.local_world_size = first_int(env, {"LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE"}).value_or(l.world_size);
   l.node_rank = first_int(env, {"GROUP_RANK"}).value_or(0);
   const auto agent = get(env, "TORCHELASTIC_USE_AGENT_STORE");
   l.agent_store = agent && (*agent == "True" || *agent == "true" || *agent == "1");
@@ -102,9 +100,10 @@ void from_slurm(const EnvMap& env, LaunchEnv& l) {
   } else if (!per_node.empty()) {
     l.world_size = std::accumulate(per_node.begin(), per_node.end(), 0);
   } else {
-    throw Error("inside an srun step but none of SLURM_NTASKS, SLURM_NNODES x "
-                "SLURM_NTASKS_PER_NODE or SLURM_TASKS_PER_NODE is set",
-                "request tasks explicitly: #SBATCH --ntasks-per-node=N (and --nodes=M)");
+    throw Error(
+        "inside an srun step but none of SLURM_NTASKS, SLURM_NNODES x "
+        "SLURM_NTASKS_PER_NODE or SLURM_TASKS_PER_NODE is set",
+        "request tasks explicitly: #SBATCH --ntasks-per-node=N (and --nodes=M)");
   }
   if (auto v = get_int(env, "SLURM_NTASKS_PER_NODE"); v && per_node.empty()) {
     l.local_world_size = *v;
@@ -113,14 +112,16 @@ void from_slurm(const EnvMap& env, LaunchEnv& l) {
   } else {
     // Only the task count is known: spread it over the step's nodes (the first nodes get the
     // remainder, as Slurm's default block distribution does).
-    const int nodes = std::max(1, first_int(env, {"SLURM_STEP_NUM_NODES", "SLURM_NNODES", "SLURM_JOB_NUM_NODES"}).value_or(1));
+    const int nodes =
+        std::max(1, first_int(env, {"SLURM_STEP_NUM_NODES", "SLURM_NNODES", "SLURM_JOB_NUM_NODES"}).value_or(1));
     l.local_world_size = (l.world_size + nodes - 1) / nodes;
   }
   // srun --mpi=pmix sets PMIX_RANK too; it must be this task's rank.
   if (auto pmix = get_int(env, "PMIX_RANK"); pmix && *pmix != l.global_rank)
-    throw Error("PMIX_RANK=" + std::to_string(*pmix) + " but SLURM_PROCID=" + std::to_string(l.global_rank) +
-                    ": two launchers disagree about this process's rank",
-                "start the program with one launcher: srun (optionally --mpi=pmix) or mpirun, not one inside the other");
+    throw Error(
+        "PMIX_RANK=" + std::to_string(*pmix) + " but SLURM_PROCID=" + std::to_string(l.global_rank) +
+            ": two launchers disagree about this process's rank",
+        "start the program with one launcher: srun (optionally --mpi=pmix) or mpirun, not one inside the other");
 }
 
 // The variables (or options) the fix hints name, in the launcher's own words.
@@ -171,8 +172,9 @@ LaunchEnv resolve_launch_env(const EnvMap& env, const LaunchOverrides& o) {
   } else {
     l.launcher = "none";
     if (get(env, "SLURM_PROCID") && get_int(env, "SLURM_NTASKS").value_or(1) > 1)
-      l.warning = "running inside a Slurm job but not as an srun task: this is ONE process. "
-                  "Start the program with srun to get one process per task.";
+      l.warning =
+          "running inside a Slurm job but not as an srun task: this is ONE process. "
+          "Start the program with srun to get one process per task.";
   }
   if (o.global_rank && l.launcher != "options") l.global_rank = *o.global_rank;
   if (o.world_size && l.launcher != "options") l.world_size = *o.world_size;
@@ -193,8 +195,8 @@ LaunchEnv resolve_launch_env(const EnvMap& env, const LaunchOverrides& o) {
   if (addr) {
     l.master_addr = *addr;
   } else if (l.world_size > 1) {
-    throw Error("no master address: " + std::to_string(l.world_size) + " ranks over several nodes (" +
-                    l.launcher + ") but MASTER_ADDR is not set",
+    throw Error("no master address: " + std::to_string(l.world_size) + " ranks over several nodes (" + l.launcher +
+                    ") but MASTER_ADDR is not set",
                 "export MASTER_ADDR=$(hostname -s) in the batch script before mpirun/srun");
   }
 
@@ -221,8 +223,8 @@ void validate(const LaunchEnv& l) {
   DDP_CHECK(l.world_size >= 1, "world size " + std::to_string(l.world_size) + " is not positive" + who,
             std::string("check ") + var.world_size);
   DDP_CHECK(l.global_rank >= 0 && l.global_rank < l.world_size,
-            "rank " + std::to_string(l.global_rank) + " is outside the world of " +
-                std::to_string(l.world_size) + " ranks" + who,
+            "rank " + std::to_string(l.global_rank) + " is outside the world of " + std::to_string(l.world_size) +
+                " ranks" + who,
             std::string(var.rank) + " must be in [0, " + var.world_size + ")");
   DDP_CHECK(l.local_world_size >= 1 && l.local_world_size <= l.world_size,
             "local world size " + std::to_string(l.local_world_size) + " does not fit a world of " +
@@ -238,17 +240,15 @@ void validate(const LaunchEnv& l) {
             "choose a port in 1024-65535 with --master-port or MASTER_PORT");
   // 0: none chosen (no fixed default, where two jobs sharing a node would meet): the rendezvous
   // takes any free port for one process and refuses to guess one for several.
-
 }
 
 }  // namespace
 
 std::string describe(const LaunchEnv& l) {
-  std::string s = l.launcher + ": rank " + std::to_string(l.global_rank) + " of " +
-                  std::to_string(l.world_size) + ", local rank " + std::to_string(l.local_rank) +
-                  " of " + std::to_string(l.local_world_size) + ", ";
-  s += l.init_method.empty() ? "master " + l.master_addr + ":" + std::to_string(l.master_port)
-                             : "init " + l.init_method;
+  std::string s = l.launcher + ": rank " + std::to_string(l.global_rank) + " of " + std::to_string(l.world_size) +
+                  ", local rank " + std::to_string(l.local_rank) + " of " + std::to_string(l.local_world_size) + ", ";
+  s +=
+      l.init_method.empty() ? "master " + l.master_addr + ":" + std::to_string(l.master_port) : "init " + l.init_method;
   return s;
 }
 
@@ -294,7 +294,8 @@ void expect_same(const char* what, const std::optional<int>& mine, int theirs, c
                  const char* variable, const ProgramId& p) {
   if (!mine || *mine == theirs) return;
   if (seen.launcher == "none")
-    throw Error(p.label() + " read " + what + " " + std::to_string(*mine) + ", but no launcher started it as one of "
+    throw Error(p.label() + " read " + what + " " + std::to_string(*mine) +
+                    ", but no launcher started it as one of "
                     "several ranks: it is rank 0 of 1",
                 seen.warning.empty() ? "start it with torchrun, mpirun or srun" : seen.warning);
   throw Error(p.label() + " read " + what + " " + std::to_string(*mine) + ", but " + seen.launcher + " says " +

@@ -21,12 +21,12 @@ struct LaunchEnv {
   int local_world_size = 1;
   int node_rank = 0;
   std::string master_addr = "127.0.0.1";
-  int master_port = 0;  // 0: none chosen (one process: any free port, nobody else needs it)
-  std::string init_method;  // empty: TCP store at master_addr:master_port; or "file:///path"
-  bool agent_store = false;  // torchrun hosts the store itself (TORCHELASTIC_USE_AGENT_STORE)
-  int restart_count = 0;     // torchrun's TORCHELASTIC_RESTART_COUNT: keys of a new attempt are fresh
+  int master_port = 0;            // 0: none chosen (one process: any free port, nobody else needs it)
+  std::string init_method;        // empty: TCP store at master_addr:master_port; or "file:///path"
+  bool agent_store = false;       // torchrun hosts the store itself (TORCHELASTIC_USE_AGENT_STORE)
+  int restart_count = 0;          // torchrun's TORCHELASTIC_RESTART_COUNT: keys of a new attempt are fresh
   std::string launcher = "none";  // "options", "torchrun", "openmpi", "slurm" or "none"
-  std::string warning;      // set when something looks like a launch mistake (printed, not fatal)
+  std::string warning;            // set when something looks like a launch mistake (printed, not fatal)
 };
 
 // Values given on the command line; each one beats whatever the launcher says.
@@ -80,8 +80,8 @@ int mpirun_port(const std::string& job);
 //   (resolve_launch_env): a wrong variable is an error naming the right one, before anyone waits;
 // - values a program set itself (step 1's workers, which spawn started) are taken as they are;
 // - what was not read is completed (local world size from the launcher, master 127.0.0.1 when
-//   all ranks share this node; the port rules of resolve_launch_env), then --master-addr, --master-port and --init-method
-//   apply, and every value is range-checked with the launcher's variable named in the fix.
+//   all ranks share this node; the port rules of resolve_launch_env), then --master-addr, --master-port and
+//   --init-method apply, and every value is range-checked with the launcher's variable named in the fix.
 // Once the rank is known, run_main's errors start with "[rank R @ host]" (set_error_prefix).
 LaunchEnv check_launch(const LaunchValues& me, const Options& options);
 

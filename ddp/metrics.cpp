@@ -10,8 +10,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
-#include <cstring>
 #include <cstdlib>
+#include <cstring>
 #include <utility>
 
 #include "ddp/error.h"
@@ -56,9 +56,8 @@ MetricsWriter::MetricsWriter(const std::string& path, bool append) {
 
 void MetricsWriter::write(const EpochMetrics& m) {
   if (file_ == nullptr) return;
-  fmt::print(file_, "{},{},{},{},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g}\n", m.epoch, m.world_size,
-             m.ranks_per_node, m.threads, m.train_loss, m.test_loss, m.test_accuracy, m.samples_per_s,
-             m.epoch_seconds, m.data_seconds);
+  fmt::print(file_, "{},{},{},{},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g}\n", m.epoch, m.world_size, m.ranks_per_node,
+             m.threads, m.train_loss, m.test_loss, m.test_accuracy, m.samples_per_s, m.epoch_seconds, m.data_seconds);
   std::fflush(file_);  // a killed job keeps every finished epoch
 }
 
@@ -66,8 +65,7 @@ MetricsWriter::~MetricsWriter() {
   if (file_ != nullptr) std::fclose(file_);
 }
 
-Progress::Progress(std::string prefix, int64_t total_steps, int64_t samples_per_step, int64_t every,
-                   int64_t first_step)
+Progress::Progress(std::string prefix, int64_t total_steps, int64_t samples_per_step, int64_t every, int64_t first_step)
     : prefix_(std::move(prefix)),
       total_(total_steps),
       samples_per_step_(samples_per_step),

@@ -24,7 +24,7 @@ struct EpochMetrics {
 
 class MetricsWriter {
  public:
-  MetricsWriter() = default;  // writes nothing
+  MetricsWriter() = default;                                     // writes nothing
   explicit MetricsWriter(const std::string& path, bool append);  // CSV; header when new
   void write(const EpochMetrics& m);
   ~MetricsWriter();
@@ -39,12 +39,13 @@ class Progress {
  public:
   // total_steps: steps of this epoch; every: a line every N steps (0: every 30 s); first_step:
   // the steps already done when this epoch's run began (a resumed epoch), left out of the rate.
-  Progress(std::string prefix, int64_t total_steps, int64_t samples_per_step, int64_t every,
-           int64_t first_step = 0);
+  Progress(std::string prefix, int64_t total_steps, int64_t samples_per_step, int64_t every, int64_t first_step = 0);
   // Call after each step (`step` = steps done in this epoch). `loss` is called only when a line
   // is printed: reading a loss that lives on a GPU waits for the GPU.
   void update(int64_t step, const std::function<double()>& loss);
-  void update(int64_t step, double loss) { update(step, [loss] { return loss; }); }
+  void update(int64_t step, double loss) {
+    update(step, [loss] { return loss; });
+  }
   void finish();  // ends a terminal line
 
  private:

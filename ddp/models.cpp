@@ -3,9 +3,7 @@
 
 namespace ddp {
 
-LinearRegressor::LinearRegressor(int64_t features) {
-  fc = register_module("fc", torch::nn::Linear(features, 1));
-}
+LinearRegressor::LinearRegressor(int64_t features) { fc = register_module("fc", torch::nn::Linear(features, 1)); }
 
 torch::Tensor LinearRegressor::forward(const torch::Tensor& x) { return fc->forward(x); }
 
@@ -20,13 +18,13 @@ MnistCnn::MnistCnn() {
 }
 
 torch::Tensor MnistCnn::forward(const torch::Tensor& x) {
-  auto h = torch::relu(conv1->forward(x));           // [N, 32, 26, 26]
-  h = torch::relu(conv2->forward(h));                // [N, 64, 24, 24]
-  h = torch::max_pool2d(h, 2);                       // [N, 64, 12, 12]
+  auto h = torch::relu(conv1->forward(x));  // [N, 32, 26, 26]
+  h = torch::relu(conv2->forward(h));       // [N, 64, 24, 24]
+  h = torch::max_pool2d(h, 2);              // [N, 64, 12, 12]
   h = dropout1->forward(h);
-  h = torch::flatten(h, 1);                          // [N, 9216]
+  h = torch::flatten(h, 1);  // [N, 9216]
   h = dropout2->forward(torch::relu(fc1->forward(h)));
-  return torch::log_softmax(fc2->forward(h), 1);     // [N, 10]
+  return torch::log_softmax(fc2->forward(h), 1);  // [N, 10]
 }
 
 }  // namespace ddp

@@ -5,17 +5,17 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <fcntl.h>
-#include <signal.h>
-#include <sys/prctl.h>
 #include <netdb.h>
 #include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <optional>
 #include <thread>
@@ -25,8 +25,8 @@
 #include "ddp/gloo_backend.h"
 #include "ddp/gpu_sharing.h"
 #include "ddp/run_report.h"
-#include "ddp/stop_signal.h"
 #include "ddp/spawn.h"
+#include "ddp/stop_signal.h"
 
 #ifdef DDPW_HAVE_NCCL
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
@@ -75,9 +75,7 @@ std::string other_port_hint(const LaunchEnv& launch) {
          "e.g. 20000 + job id % 20000, so jobs sharing a node differ";
 }
 
-bool is_loopback(const std::string& host) {
-  return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
-}
+bool is_loopback(const std::string& host) { return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1"; }
 
 // True once something accepts TCP connections at host:port; false when the deadline passes.
 // TCPStore's client retries a failed connect once, after a backoff, each try with the full
@@ -127,9 +125,9 @@ c10::intrusive_ptr<c10d::Store> rendezvous(const LaunchEnv& launch, std::chrono:
   // No port chosen: one process serves on any free one (nobody else needs to find it); several
   // ranks must be told where to meet, and a fixed default would let two jobs on one node meet.
   if (launch.master_port == 0 && launch.world_size > 1)
-    throw Error("no master port for the " + std::to_string(launch.world_size) + " ranks (launcher: " +
-                    launch.launcher + ")",
-                "export MASTER_PORT=N (free on the master's node, different for each job) or pass --master-port N");
+    throw Error(
+        "no master port for the " + std::to_string(launch.world_size) + " ranks (launcher: " + launch.launcher + ")",
+        "export MASTER_PORT=N (free on the master's node, different for each job) or pass --master-port N");
   const std::string where = launch.master_addr + ":" + std::to_string(launch.master_port);
   c10d::TCPStoreOptions options;
   options.port = static_cast<uint16_t>(launch.master_port);
@@ -145,8 +143,8 @@ c10::intrusive_ptr<c10d::Store> rendezvous(const LaunchEnv& launch, std::chrono:
   const auto start = Clock::now();
   const auto unreachable = [&] {
     const double waited = std::chrono::duration<double>(Clock::now() - start).count();
-    return Error("rank " + std::to_string(launch.global_rank) + " could not reach the master at " + where +
-                     " within " + fmt_seconds(waited),
+    return Error("rank " + std::to_string(launch.global_rank) + " could not reach the master at " + where + " within " +
+                     fmt_seconds(waited),
                  "check MASTER_ADDR/MASTER_PORT (the first node of the job, reachable from this node), that "
                  "rank 0 started, and that no firewall blocks the port; --rendezvous-timeout sets the wait");
   };
@@ -172,8 +170,8 @@ c10::intrusive_ptr<c10d::Store> rendezvous(const LaunchEnv& launch, std::chrono:
       throw Error("rank 0 waited " + fmt_seconds(waited) + " at " + where + " but not all " +
                       std::to_string(launch.world_size) + " ranks arrived: " + why,
                   "start all ranks (check the launcher's task count) or raise --rendezvous-timeout");
-    throw Error("rank " + std::to_string(launch.global_rank) + " could not reach the master at " + where +
-                    " within " + fmt_seconds(waited) + ": " + why,
+    throw Error("rank " + std::to_string(launch.global_rank) + " could not reach the master at " + where + " within " +
+                    fmt_seconds(waited) + ": " + why,
                 "check MASTER_ADDR/MASTER_PORT (the first node of the job, reachable from this node), that "
                 "rank 0 started, and that no firewall blocks the port; --rendezvous-timeout sets the wait");
   }
@@ -328,14 +326,12 @@ void ProcessGroup::join_backend() {
   auto backend_store = c10::make_intrusive<c10d::PrefixStore>(backend_name_, store_);
   const auto start = Clock::now();
   try {
-    if (backend_name_ == "gloo")
-      {
+    if (backend_name_ == "gloo") {
       ProcessGroupOptions gloo;
       gloo.rendezvous_timeout = rendezvous_timeout_;
       gloo.collective_timeout = collective_timeout_;
       backend_ = make_gloo_backend(backend_store, rank_, size_, loopback_master_, gloo);
-    }
-    else
+    } else
       backend_ = make_nccl_backend(backend_store, rank_, size_, collective_timeout_);
   } catch (const c10::Error& e) {
     throw Error("rank " + std::to_string(rank_) + " could not connect the " + backend_name_ + " backend (rendezvous " +
@@ -451,8 +447,10 @@ std::string ProcessGroup::group_failure() {
     const auto bytes = store_->get(kFailedKey);
     return std::string(bytes.begin(), bytes.end());
   } catch (const c10::Error& e) {
-    return "the rendezvous store at " + rendezvous_ + " stopped answering (its server, rank 0 or the launcher, is "
-           "gone?): " + e.what_without_backtrace();
+    return "the rendezvous store at " + rendezvous_ +
+           " stopped answering (its server, rank 0 or the launcher, is "
+           "gone?): " +
+           e.what_without_backtrace();
   }
 }
 
@@ -491,12 +489,10 @@ void ProcessGroup::wait_on_host(const c10::intrusive_ptr<c10d::Work>& work, cons
     fail(what, 0, text_of(e));
   }
   switch (r.end) {
-    case HostWaitEnd::kCompleted:
-      return wait(work, what);  // a failed work throws its own error here
-    case HostWaitEnd::kFailed:  // a peer's published failure is not published again
+    case HostWaitEnd::kCompleted: return wait(work, what);  // a failed work throws its own error here
+    case HostWaitEnd::kFailed:                              // a peer's published failure is not published again
       fail(what, r.waited_s, r.why, /*publish=*/r.why.rfind("rank ", 0) != 0);
-    case HostWaitEnd::kTimedOut:
-      fail(what, r.waited_s, r.why);
+    case HostWaitEnd::kTimedOut: fail(what, r.waited_s, r.why);
     case HostWaitEnd::kStopGraceOver:
       note_failure("rank " + std::to_string(rank_) + ": stopped (" + stop_reason() + ") inside " + what, true);
       throw collective_error(what, rank_, size_, r.waited_s, seconds(collective_timeout_), r.why,

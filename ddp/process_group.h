@@ -123,7 +123,7 @@ class ProcessGroup {
   std::string backend_name_;
   std::string rendezvous_;  // host:port or file://..., for messages
   std::chrono::milliseconds rendezvous_timeout_, collective_timeout_, stop_grace_;
-  bool serves_store_ = false;  // rank 0's TCPStore is the rendezvous server
+  bool serves_store_ = false;     // rank 0's TCPStore is the rendezvous server
   bool loopback_master_ = false;  // Gloo then binds to 127.0.0.1
   bool failed_ = false, aborted_ = false, shut_down_ = false;
   c10::intrusive_ptr<c10d::Store> store_;
@@ -143,7 +143,7 @@ Error collective_error(const std::string& what, int rank, int size, double waite
 struct HostWaitPolicy {
   std::chrono::milliseconds timeout{std::chrono::minutes(10)};
   std::chrono::milliseconds stop_grace{std::chrono::seconds(20)};
-  std::function<std::string()> failure;  // "" while all is well, else why the group failed
+  std::function<std::string()> failure;           // "" while all is well, else why the group failed
   std::chrono::milliseconds failure_period{250};  // how often to ask it (it may ask the store)
   std::function<bool()> stop_requested;
 };

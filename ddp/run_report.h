@@ -17,8 +17,8 @@ namespace ddp {
 class ProcessGroup;
 
 // "key | value" table, printed by rank 0 only.
-void print_settings(const Options& options, const LaunchEnv& launch, const torch::Device& device,
-                    int threads, int global_rank);
+void print_settings(const Options& options, const LaunchEnv& launch, const torch::Device& device, int threads,
+                    int global_rank);
 
 // One row per rank gathered to rank 0 and printed in rank order (pg may be null: one row).
 // `extra` adds columns (name, this rank's value), e.g. CUDA_VISIBLE_DEVICES for the diagnostics.

@@ -27,7 +27,8 @@ Error snapshot_error(const std::string& path, const std::string& why) {
 void write_tensors(torch::serialize::OutputArchive& archive, torch::nn::Module& model) {
   int64_t count = 0;
   for (const auto& p : model.named_parameters(true)) archive.write("model/" + p.key(), p.value()), ++count;
-  for (const auto& b : model.named_buffers(true)) archive.write("model/" + b.key(), b.value(), /*is_buffer=*/true), ++count;
+  for (const auto& b : model.named_buffers(true))
+    archive.write("model/" + b.key(), b.value(), /*is_buffer=*/true), ++count;
   archive.write("meta/model_tensors", torch::tensor(count));
 }
 
@@ -39,7 +40,8 @@ int64_t read_int(torch::serialize::InputArchive& archive, const std::string& key
 
 std::string read_string(torch::serialize::InputArchive& archive, const std::string& key, const std::string& path) {
   c10::IValue v;
-  if (!archive.try_read(key, v) || !v.isString()) throw snapshot_error(path, "has no '" + key + "' (not a training snapshot)");
+  if (!archive.try_read(key, v) || !v.isString())
+    throw snapshot_error(path, "has no '" + key + "' (not a training snapshot)");
   return v.toStringRef();
 }
 
@@ -149,9 +151,10 @@ std::optional<TrainingState> load_snapshot(const Options& options, torch::nn::Mo
   state.step_in_epoch = read_int(*archive, "meta/step_in_epoch", path);
   state.world_size = read_int(*archive, "meta/world_size", path);
   if (state.world_size != world_size && state.step_in_epoch > 0) {
-    std::fprintf(stderr, "warning: snapshot '%s' was taken by %lld rank(s) at step %lld of epoch %lld; with %lld rank(s) "
-                 "the shards differ, so epoch %lld restarts from its first step\n", path.c_str(),
-                 static_cast<long long>(state.world_size), static_cast<long long>(state.step_in_epoch),
+    std::fprintf(stderr,
+                 "warning: snapshot '%s' was taken by %lld rank(s) at step %lld of epoch %lld; with %lld rank(s) "
+                 "the shards differ, so epoch %lld restarts from its first step\n",
+                 path.c_str(), static_cast<long long>(state.world_size), static_cast<long long>(state.step_in_epoch),
                  static_cast<long long>(state.epochs_run), static_cast<long long>(world_size),
                  static_cast<long long>(state.epochs_run));
     state.step_in_epoch = 0;
@@ -161,7 +164,8 @@ std::optional<TrainingState> load_snapshot(const Options& options, torch::nn::Mo
   try {
     optimizer.load(optimizer_archive);
   } catch (const c10::Error& e) {
-    throw snapshot_error(path, std::string("holds optimizer state that does not fit this optimizer: ") + e.what_without_backtrace());
+    throw snapshot_error(
+        path, std::string("holds optimizer state that does not fit this optimizer: ") + e.what_without_backtrace());
   }
   torch::Tensor rng;
   if (archive->try_read("rng/cpu", rng)) {

@@ -28,11 +28,10 @@ struct TrainingState {
 void save_snapshot(const Options& options, torch::nn::Module& model, torch::optim::Optimizer& optimizer,
                    const TrainingState& state);
 
-// nullopt with --fresh (options.fresh) or when options.snapshot_path does not exist. Throws ddp::Error naming the file when it
-// is truncated, corrupt, written by another program (another step, the exercise for the
-// solution, another dataset) or by a model of another shape; the file is left as it is. A
-// snapshot taken mid-epoch by another number of ranks resumes at the start of that epoch (the
-// shards differ), with a warning.
+// nullopt with --fresh (options.fresh) or when options.snapshot_path does not exist. Throws ddp::Error naming the file
+// when it is truncated, corrupt, written by another program (another step, the exercise for the solution, another
+// dataset) or by a model of another shape; the file is left as it is. A snapshot taken mid-epoch by another number of
+// ranks resumes at the start of that epoch (the shards differ), with a warning.
 std::optional<TrainingState> load_snapshot(const Options& options, torch::nn::Module& model,
                                            torch::optim::Optimizer& optimizer, int64_t world_size);
 

@@ -4,8 +4,8 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <spawn.h>
-#include <sys/socket.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -29,7 +29,7 @@ namespace {
 
 constexpr const char* kRankVar = "DDPW_SPAWN_RANK";
 constexpr const char* kParentVar = "DDPW_SPAWN_PARENT";
-constexpr const char* kPortVar = "DDPW_SPAWN_MASTER_PORT";   // every worker: the port to meet at
+constexpr const char* kPortVar = "DDPW_SPAWN_MASTER_PORT";    // every worker: the port to meet at
 constexpr const char* kListenFdVar = "DDPW_SPAWN_LISTEN_FD";  // rank 0 only: the socket bound to it
 constexpr const char* kPrefix = "DDPW_SPAWN_";                // a parent's own values are not passed on
 
@@ -73,8 +73,9 @@ std::string describe_status(int status) {
 // workers all run on this host). Close-on-exec: only rank 0 gets a copy (start_worker).
 void bind_free_port() {
   const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) throw Error(std::string("cannot create a socket for the rendezvous: ") + std::strerror(errno),
-                          "check the open-file limit (ulimit -n), or pass --master-port N");
+  if (fd < 0)
+    throw Error(std::string("cannot create a socket for the rendezvous: ") + std::strerror(errno),
+                "check the open-file limit (ulimit -n), or pass --master-port N");
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
@@ -169,8 +170,7 @@ int run_parent(int nprocs) {
     if (requeue && exit_code == kExitOk) exit_code = kExitRequeue;
     if ((WIFEXITED(status) && WEXITSTATUS(status) == 0) || requeue) continue;
     if (failure.empty()) {
-      failure = "worker rank " + std::to_string(rank) + " (pid " + std::to_string(pid) + ") " +
-                describe_status(status);
+      failure = "worker rank " + std::to_string(rank) + " (pid " + std::to_string(pid) + ") " + describe_status(status);
       exit_code = kExitError;
       forward_signal(SIGTERM);  // the others: end now, with a few seconds to say why
       kill_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(3);

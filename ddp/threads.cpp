@@ -35,7 +35,8 @@ int affinity_cpus() {
 ThreadChoice thread_choice(int requested, int local_world_size, const CpuFacts& facts, const EnvMap& env) {
   if (requested > 0) return {requested, "--threads"};
   const int ranks = std::max(1, local_world_size);
-  const std::string workers = ranks == 1 ? "1 rank" : std::to_string(ranks) + (facts.workers_share_task ? " workers" : " ranks");
+  const std::string workers =
+      ranks == 1 ? "1 rank" : std::to_string(ranks) + (facts.workers_share_task ? " workers" : " ranks");
 
   // The CPUs this rank may use: its mask, shared with the node's other ranks when they run on the
   // same mask (one task's workers, or nothing bound any rank: the mask is the whole machine).

@@ -33,12 +33,12 @@ using Value = std::shared_ptr<PickleValue>;
 struct PickleValue {
   enum class Kind { kNone, kBool, kInt, kFloat, kString, kTuple, kList, kDict, kGlobal, kStorage, kTensor };
   Kind kind = Kind::kNone;
-  int64_t integer = 0;                              // kBool, kInt
-  double real = 0;                                  // kFloat
-  std::string text;                                 // kString; kGlobal: "module.name"
-  std::vector<Value> items;                         // kTuple, kList
-  std::vector<std::pair<Value, Value>> entries;     // kDict, in insertion order
-  torch::Tensor tensor;                             // kStorage (1-D, all of it), kTensor
+  int64_t integer = 0;                                 // kBool, kInt
+  double real = 0;                                     // kFloat
+  std::string text;                                    // kString; kGlobal: "module.name"
+  std::vector<Value> items;                            // kTuple, kList
+  std::vector<std::pair<Value, Value>> entries;        // kDict, in insertion order
+  torch::Tensor tensor;                                // kStorage (1-D, all of it), kTensor
   c10::ScalarType dtype = c10::ScalarType::Undefined;  // kGlobal of a storage class
 };
 
@@ -69,11 +69,16 @@ std::string describe(const PickleValue& v) {
 // The storage classes a pickled tensor names (torch.FloatStorage, ...), by element type.
 const std::map<std::string, c10::ScalarType>& storage_classes() {
   static const std::map<std::string, c10::ScalarType> classes = {
-      {"torch.FloatStorage", c10::ScalarType::Float},   {"torch.DoubleStorage", c10::ScalarType::Double},
-      {"torch.HalfStorage", c10::ScalarType::Half},     {"torch.BFloat16Storage", c10::ScalarType::BFloat16},
-      {"torch.LongStorage", c10::ScalarType::Long},     {"torch.IntStorage", c10::ScalarType::Int},
-      {"torch.ShortStorage", c10::ScalarType::Short},   {"torch.CharStorage", c10::ScalarType::Char},
-      {"torch.ByteStorage", c10::ScalarType::Byte},     {"torch.BoolStorage", c10::ScalarType::Bool},
+      {"torch.FloatStorage", c10::ScalarType::Float},
+      {"torch.DoubleStorage", c10::ScalarType::Double},
+      {"torch.HalfStorage", c10::ScalarType::Half},
+      {"torch.BFloat16Storage", c10::ScalarType::BFloat16},
+      {"torch.LongStorage", c10::ScalarType::Long},
+      {"torch.IntStorage", c10::ScalarType::Int},
+      {"torch.ShortStorage", c10::ScalarType::Short},
+      {"torch.CharStorage", c10::ScalarType::Char},
+      {"torch.ByteStorage", c10::ScalarType::Byte},
+      {"torch.BoolStorage", c10::ScalarType::Bool},
       {"torch.ComplexFloatStorage", c10::ScalarType::ComplexFloat},
       {"torch.ComplexDoubleStorage", c10::ScalarType::ComplexDouble},
   };
@@ -104,53 +109,53 @@ class PickleReader {
         case '1': pop_to_mark(); break;                    // POP_MARK
         case '2': push(top()); break;                      // DUP
         case 'N': push(make(PickleValue::Kind::kNone)); break;
-        case 0x88: push(boolean(true)); break;             // NEWTRUE
-        case 0x89: push(boolean(false)); break;            // NEWFALSE
-        case 'K': push(integer(static_cast<int64_t>(little_endian(1)))); break;                // BININT1
-        case 'M': push(integer(static_cast<int64_t>(little_endian(2)))); break;                // BININT2
+        case 0x88: push(boolean(true)); break;                                                          // NEWTRUE
+        case 0x89: push(boolean(false)); break;                                                         // NEWFALSE
+        case 'K': push(integer(static_cast<int64_t>(little_endian(1)))); break;                         // BININT1
+        case 'M': push(integer(static_cast<int64_t>(little_endian(2)))); break;                         // BININT2
         case 'J': push(integer(static_cast<int32_t>(static_cast<uint32_t>(little_endian(4))))); break;  // BININT
-        case 0x8a: push(integer(long1())); break;          // LONG1
-        case 'G': push(real()); break;                     // BINFLOAT
-        case 'X': push(string(bytes(little_endian(4)))); break;     // BINUNICODE
-        case 0x8c: push(string(bytes(little_endian(1)))); break;    // SHORT_BINUNICODE
-        case 0x8d: push(string(bytes(little_endian(8)))); break;    // BINUNICODE8
-        case ')': push(make(PickleValue::Kind::kTuple)); break;     // EMPTY_TUPLE
-        case 't': push(tuple(pop_to_mark())); break;                // TUPLE
-        case 0x85: push(tuple(pop_n(1))); break;                    // TUPLE1
-        case 0x86: push(tuple(pop_n(2))); break;                    // TUPLE2
-        case 0x87: push(tuple(pop_n(3))); break;                    // TUPLE3
-        case ']': push(make(PickleValue::Kind::kList)); break;      // EMPTY_LIST
-        case 'a': append(pop_n(1)); break;                          // APPEND
-        case 'e': append(pop_to_mark()); break;                     // APPENDS
-        case '}': push(make(PickleValue::Kind::kDict)); break;      // EMPTY_DICT
-        case 's': set_items(pop_n(2)); break;                       // SETITEM
-        case 'u': set_items(pop_to_mark()); break;                  // SETITEMS
-        case 'q': memo_[little_endian(1)] = top(); break;           // BINPUT
-        case 'r': memo_[little_endian(4)] = top(); break;           // LONG_BINPUT
-        case 0x94: memo_[memo_.size()] = top(); break;              // MEMOIZE
-        case 'h': push(memo(little_endian(1))); break;              // BINGET
-        case 'j': push(memo(little_endian(4))); break;              // LONG_BINGET
-        case 'c': {                                                 // GLOBAL
+        case 0x8a: push(integer(long1())); break;                                                       // LONG1
+        case 'G': push(real()); break;                                                                  // BINFLOAT
+        case 'X': push(string(bytes(little_endian(4)))); break;                                         // BINUNICODE
+        case 0x8c: push(string(bytes(little_endian(1)))); break;  // SHORT_BINUNICODE
+        case 0x8d: push(string(bytes(little_endian(8)))); break;  // BINUNICODE8
+        case ')': push(make(PickleValue::Kind::kTuple)); break;   // EMPTY_TUPLE
+        case 't': push(tuple(pop_to_mark())); break;              // TUPLE
+        case 0x85: push(tuple(pop_n(1))); break;                  // TUPLE1
+        case 0x86: push(tuple(pop_n(2))); break;                  // TUPLE2
+        case 0x87: push(tuple(pop_n(3))); break;                  // TUPLE3
+        case ']': push(make(PickleValue::Kind::kList)); break;    // EMPTY_LIST
+        case 'a': append(pop_n(1)); break;                        // APPEND
+        case 'e': append(pop_to_mark()); break;                   // APPENDS
+        case '}': push(make(PickleValue::Kind::kDict)); break;    // EMPTY_DICT
+        case 's': set_items(pop_n(2)); break;                     // SETITEM
+        case 'u': set_items(pop_to_mark()); break;                // SETITEMS
+        case 'q': memo_[little_endian(1)] = top(); break;         // BINPUT
+        case 'r': memo_[little_endian(4)] = top(); break;         // LONG_BINPUT
+        case 0x94: memo_[memo_.size()] = top(); break;            // MEMOIZE
+        case 'h': push(memo(little_endian(1))); break;            // BINGET
+        case 'j': push(memo(little_endian(4))); break;            // LONG_BINGET
+        case 'c': {                                               // GLOBAL
           std::string module = line();
           push(global(module + "." + line()));
           break;
         }
-        case 0x93: {                                                // STACK_GLOBAL
+        case 0x93: {  // STACK_GLOBAL
           auto args = pop_n(2);
           if (args[0]->kind != PickleValue::Kind::kString || args[1]->kind != PickleValue::Kind::kString)
             fail("names a class by something other than two strings");
           push(global(args[0]->text + "." + args[1]->text));
           break;
         }
-        case 'Q': push(persistent_load(pop())); break;              // BINPERSID
-        case 'R': {                                                 // REDUCE
+        case 'Q': push(persistent_load(pop())); break;  // BINPERSID
+        case 'R': {                                     // REDUCE
           auto args = pop();
           auto callable = pop();
           push(call(*callable, *args));
           break;
         }
-        case 'b': {                                                 // BUILD
-          pop();  // the state
+        case 'b': {  // BUILD
+          pop();     // the state
           // state_dict()'s OrderedDict carries `_metadata` (per-module versions for old formats):
           // not weights, and nothing here needs it.
           if (top()->kind != PickleValue::Kind::kDict) fail("sets the state of " + describe(*top()));
@@ -337,8 +342,10 @@ class PickleReader {
     bool empty = false;
     for (size_t d = 0; d < size.size(); ++d) {
       if (size[d] < 0 || stride[d] < 0) fail("gives a tensor a negative size or stride");
-      if (size[d] == 0) empty = true;
-      else last += (size[d] - 1) * stride[d];
+      if (size[d] == 0)
+        empty = true;
+      else
+        last += (size[d] - 1) * stride[d];
     }
     if (offset < 0 || (!empty && last >= storage.numel()))
       fail("describes a tensor beyond the end of its storage (the file is damaged)");

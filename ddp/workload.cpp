@@ -79,8 +79,8 @@ void set_learning_rate(torch::optim::Optimizer& optimizer, double lr) {
   for (auto& group : optimizer.param_groups()) group.options().set_lr(lr);
 }
 
-EvalResult evaluate(Model& model, const Workload& workload, int64_t batch_size, torch::Device device,
-                    ProcessGroup* pg, int rank, int world_size) {
+EvalResult evaluate(Model& model, const Workload& workload, int64_t batch_size, torch::Device device, ProcessGroup* pg,
+                    int rank, int world_size) {
   torch::NoGradGuard no_grad;
   model.eval();
   // On a GPU the test set stays there (Dataset::on) and the sums stay on the device until the

@@ -49,7 +49,7 @@ struct EvalResult {
 };
 
 // Evaluates on this rank's shard of the test set and sums over the ranks (pg may be null).
-EvalResult evaluate(Model& model, const Workload& workload, int64_t batch_size, torch::Device device,
-                    ProcessGroup* pg, int rank, int world_size);
+EvalResult evaluate(Model& model, const Workload& workload, int64_t batch_size, torch::Device device, ProcessGroup* pg,
+                    int rank, int world_size);
 
 }  // namespace ddp

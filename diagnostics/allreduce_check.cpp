@@ -20,17 +20,17 @@
 #include <string>
 #include <vector>
 
-#include "ddp/device.h"         // defines: choose_device, device_name
-#include "ddp/threads.h"        // defines: choose_threads
-#include "ddp/error.h"          // defines: run_main
-#include "ddp/launch_env.h"     // defines: resolve_launch_env, describe
-#include "ddp/options.h"        // defines: parse_options, launch_overrides
-#include "ddp/process_group.h"  // defines: ProcessGroup
-#include "ddp/run_report.h"     // defines: host_name
+#include "ddp/device.h"                     // defines: choose_device, device_name
+#include "ddp/error.h"                      // defines: run_main
+#include "ddp/launch_env.h"                 // defines: resolve_launch_env, describe
+#include "ddp/options.h"                    // defines: parse_options, launch_overrides
+#include "ddp/process_group.h"              // defines: ProcessGroup
+#include "ddp/run_report.h"                 // defines: host_name
+#include "ddp/threads.h"                    // defines: choose_threads
 #include "diagnostics/allreduce_pattern.h"  // defines: AllreducePattern
 
 #ifdef DDPW_HAVE_CUDA
-#include <ATen/cuda/CUDAEvent.h>                // defines: at::cuda::CUDAEvent (timing on the GPU)
+#include <ATen/cuda/CUDAEvent.h>             // defines: at::cuda::CUDAEvent (timing on the GPU)
 #include <ATen/detail/CUDAHooksInterface.h>  // defines: getCUDAHooks().versionCUDART (torch's runtime)
 #include <cuda_runtime_api.h>                // defines: cudaDriverGetVersion
 #endif
@@ -84,8 +84,7 @@ Timing timing_for(const ddp::ProcessGroup& group) {
 
 std::string describe(Timing timing) {
   switch (timing) {
-    case Timing::kHostClock:
-      return "host clock around the all-reduces (Gloo on the CPU runs them one by one)";
+    case Timing::kHostClock: return "host clock around the all-reduces (Gloo on the CPU runs them one by one)";
     case Timing::kNcclDuration:
       return "NCCL's own duration of each all-reduce: CUDA events around its kernel on NCCL's stream "
              "(TORCH_NCCL_ENABLE_TIMING=1), as nccl-tests' device time; c10d's host cost of queueing is not in it";
@@ -166,8 +165,8 @@ struct Result {
   int64_t wrong;   // wrong elements, all ranks together
 };
 
-Result measure(ddp::ProcessGroup& group, const diagnostics::AllreducePattern& pattern, const torch::Device& device, uint64_t bytes,
-               const Sweep& sweep, Timing timing) {
+Result measure(ddp::ProcessGroup& group, const diagnostics::AllreducePattern& pattern, const torch::Device& device,
+               uint64_t bytes, const Sweep& sweep, Timing timing) {
   const int64_t count = static_cast<int64_t>(bytes / sizeof(float));
   const std::string what = "all-reduce of " + human_bytes(bytes);
 
@@ -231,18 +230,20 @@ int allreduce_check(const ddp::Options& options, const Sweep& sweep, const ddp::
                 threads == 1 ? "" : "s");
   const auto rank_lines = group.all_gather_strings(line);
   if (rank0) {
-    std::printf("# allreduce_check: in-place all-reduce (sum) of float32 buffers, checked against the closed-form sum\n");
+    std::printf(
+        "# allreduce_check: in-place all-reduce (sum) of float32 buffers, checked against the closed-form sum\n");
     std::printf("# %s\n# %s\n", ddp::describe(launch).c_str(), versions(group, device).c_str());
-    std::printf("# %zu sizes, %s to %s (x%d); per size %d untimed warm-up and %d timed all-reduces\n",
-                sizes.size(), human_bytes(sizes.front()).c_str(), human_bytes(sizes.back()).c_str(), sweep.factor,
-                sweep.warmup, sweep.iters);
+    std::printf("# %zu sizes, %s to %s (x%d); per size %d untimed warm-up and %d timed all-reduces\n", sizes.size(),
+                human_bytes(sizes.front()).c_str(), human_bytes(sizes.back()).c_str(), sweep.factor, sweep.warmup,
+                sweep.iters);
     std::printf("# time = mean per all-reduce, slowest rank; algbw = size / time; busbw = algbw * 2(n-1)/n, n = %d\n",
                 n);
     std::printf("# timing: %s\n#\n", describe(timing).c_str());
     for (const auto& l : rank_lines) std::printf("%s\n", l.c_str());
     std::printf("#\n#%11s  %12s  %8s  %6s  %10s  %7s  %7s  %7s\n", "size", "count", "type", "redop", "time", "algbw",
                 "busbw", "#wrong");
-    std::printf("#%11s  %12s  %8s  %6s  %10s  %7s  %7s  %7s\n", "(B)", "(elements)", "", "", "(us)", "(GB/s)", "(GB/s)", "");
+    std::printf("#%11s  %12s  %8s  %6s  %10s  %7s  %7s  %7s\n", "(B)", "(elements)", "", "", "(us)", "(GB/s)", "(GB/s)",
+                "");
     std::fflush(stdout);
   }
 
@@ -256,8 +257,8 @@ int allreduce_check(const ddp::Options& options, const Sweep& sweep, const ddp::
     busbw_sum += busbw;
     if (rank0) {
       std::printf(" %11llu  %12llu  %8s  %6s  %10.2f  %7.3f  %7.3f  %7lld\n", static_cast<unsigned long long>(bytes),
-                  static_cast<unsigned long long>(bytes / sizeof(float)), "float", "sum", r.seconds * 1e6, algbw,
-                  busbw, static_cast<long long>(r.wrong));
+                  static_cast<unsigned long long>(bytes / sizeof(float)), "float", "sum", r.seconds * 1e6, algbw, busbw,
+                  static_cast<long long>(r.wrong));
       std::fflush(stdout);  // a hang shows at which size
     }
   }
@@ -267,10 +268,11 @@ int allreduce_check(const ddp::Options& options, const Sweep& sweep, const ddp::
   if (rank0) {
     std::printf("# Out of bounds values : %lld %s\n", static_cast<long long>(wrong_total), ok ? "OK" : "FAILED");
     std::printf("# Avg bus bandwidth    : %.3f GB/s\n", busbw_sum / sizes.size());
-    std::printf("# memcpy bandwidth     : %.3f GB/s (copy of %s on %s, all ranks at once, slowest rank; "
-                "each byte read once and written once; %s)\n",
-                copy / 1e9, human_bytes(sizes.back()).c_str(), device.str().c_str(),
-                device.is_cuda() ? "CUDA events" : "host clock");
+    std::printf(
+        "# memcpy bandwidth     : %.3f GB/s (copy of %s on %s, all ranks at once, slowest rank; "
+        "each byte read once and written once; %s)\n",
+        copy / 1e9, human_bytes(sizes.back()).c_str(), device.str().c_str(),
+        device.is_cuda() ? "CUDA events" : "host clock");
     std::printf("%s\n", ok ? "OK" : "FAILED");
     std::fflush(stdout);
   }
@@ -288,17 +290,18 @@ int main(int argc, char** argv) {
         const auto size = CLI::AsSizeValue(false);  // 4K, 16M, 1G: powers of 1024
         app.add_option("--min-bytes", sweep.min_bytes, "Smallest buffer in bytes (e.g. 8, 4K, 1M)")->transform(size);
         app.add_option("--max-bytes", sweep.max_bytes, "Largest buffer in bytes (e.g. 64M, 1G)")->transform(size);
-        app.add_option("--factor", sweep.factor, "Each size is the previous one times this")->check(CLI::Range(2, 1024));
+        app.add_option("--factor", sweep.factor, "Each size is the previous one times this")
+            ->check(CLI::Range(2, 1024));
         app.add_option("--iters", sweep.iters, "Timed all-reduces per size")->check(CLI::Range(1, 1000000));
         app.add_option("--warmup", sweep.warmup, "Untimed all-reduces per size, before the timed ones")
             ->check(CLI::Range(0, 1000000));
         app.final_callback([&sweep] {
           if (sweep.min_bytes < 4 || sweep.min_bytes % 4 != 0 || sweep.max_bytes % 4 != 0)
-            throw CLI::ValidationError("--min-bytes/--max-bytes", "sizes must be whole float32 elements: multiples of 4 B");
+            throw CLI::ValidationError("--min-bytes/--max-bytes",
+                                       "sizes must be whole float32 elements: multiples of 4 B");
           if (sweep.min_bytes > sweep.max_bytes)
             throw CLI::ValidationError("--min-bytes", "is larger than --max-bytes");
-          if (sweep.max_bytes > (4ull << 30))
-            throw CLI::ValidationError("--max-bytes", "at most 4G");
+          if (sweep.max_bytes > (4ull << 30)) throw CLI::ValidationError("--max-bytes", "at most 4G");
         });
       });
 
@@ -307,8 +310,12 @@ int main(int argc, char** argv) {
   ::setenv("TORCH_NCCL_ENABLE_TIMING", "1", /*overwrite=*/0);
   ddp::LaunchEnv launch;
   const ddp::EnvMap env = ddp::current_environment();
-  if (int rc = ddp::run_main([&] { launch = ddp::resolve_launch_env(env, ddp::launch_overrides(options)); return 0; },
-                             "[allreduce_check]"))
+  if (int rc = ddp::run_main(
+          [&] {
+            launch = ddp::resolve_launch_env(env, ddp::launch_overrides(options));
+            return 0;
+          },
+          "[allreduce_check]"))
     return rc;
   return ddp::run_main([&] { return allreduce_check(options, sweep, launch); },
                        "[RANK " + std::to_string(launch.global_rank) + " on " + ddp::host_name() + "]");

@@ -23,24 +23,24 @@
 #include <string>
 #include <vector>
 
-#include "ddp/device.h"             // defines: choose_device, device_name, gpu_bus_id
+#include "ddp/device.h"                     // defines: choose_device, device_name, gpu_bus_id
 #include "ddp/distributed_data_parallel.h"  // defines: DistributedDataParallel (the DDP check)
-#include "ddp/error.h"              // defines: ddp::Error, run_main
-#include "ddp/gpu_sharing.h"        // defines: judge_gpu_sharing, ranks_text
-#include "ddp/launch_env.h"         // defines: resolve_launch_env
-#include "ddp/options.h"            // defines: parse_options
-#include "ddp/process_group.h"      // defines: ProcessGroup, resolve_backend
-#include "ddp/run_report.h"         // defines: host_name
-#include "diagnostics/preflight.h"  // defines: wait_for_master, check_master_is_here, check_init_file,
-                                    //          idle_gpus_warning
+#include "ddp/error.h"                      // defines: ddp::Error, run_main
+#include "ddp/gpu_sharing.h"                // defines: judge_gpu_sharing, ranks_text
+#include "ddp/launch_env.h"                 // defines: resolve_launch_env
+#include "ddp/options.h"                    // defines: parse_options
+#include "ddp/process_group.h"              // defines: ProcessGroup, resolve_backend
+#include "ddp/run_report.h"                 // defines: host_name
+#include "diagnostics/preflight.h"          // defines: wait_for_master, check_master_is_here, check_init_file,
+                                            //          idle_gpus_warning
 
 namespace {
 
 // One rank's report: column name -> value. Variables of the environment keep their own name.
 using Report = std::map<std::string, std::string>;
 
-const std::vector<std::string> kColumns = {"rank", "host", "local rank", "pid", "device", "GPU bus id",
-                                           "CUDA_VISIBLE_DEVICES"};
+const std::vector<std::string> kColumns = {"rank",   "host",       "local rank",          "pid",
+                                           "device", "GPU bus id", "CUDA_VISIBLE_DEVICES"};
 
 // The communication libraries' settings: NCCL_*, TORCH_NCCL_*, GLOO_* (SuperCloud prints every
 // variable whose name contains NCCL).
@@ -59,7 +59,7 @@ Report my_report(const ddp::LaunchEnv& launch, const torch::Device& device, cons
   r["local rank"] = std::to_string(launch.local_rank) + " of " + std::to_string(launch.local_world_size);
   r["device"] = ddp::device_name(device);
   r["GPU bus id"] = device.is_cuda() ? ddp::gpu_bus_id(device) : "-";  // tells GPUs apart across renumberings
-  auto cvd = env.find("CUDA_VISIBLE_DEVICES");  // unset (all GPUs) differs from empty (none)
+  auto cvd = env.find("CUDA_VISIBLE_DEVICES");                         // unset (all GPUs) differs from empty (none)
   r["CUDA_VISIBLE_DEVICES"] = cvd == env.end() ? "(unset)" : "'" + cvd->second + "'";
   for (const auto& [name, value] : env)
     if (is_comm_variable(name)) r[name] = value;
@@ -138,7 +138,7 @@ void print_comm_variables(const std::vector<Report>& reports) {
 
 struct Problems {
   std::vector<std::string> failed;  // each one fails the run
-  std::string note;                  // ranks share a GPU, which this backend allows
+  std::string note;                 // ranks share a GPU, which this backend allows
 };
 
 // What a wrong launch looks like once every rank has reported (every rank computes the same).
@@ -282,7 +282,8 @@ DdpCheck ddp_check(const std::shared_ptr<ddp::ProcessGroup>& group, const torch:
 
 int hello(const ddp::Options& options, const ddp::LaunchEnv& launch, const ddp::EnvMap& env) {
   using Clock = std::chrono::steady_clock;
-  if (!launch.warning.empty()) std::fprintf(stderr, "[RANK %d] warning: %s\n", launch.global_rank, launch.warning.c_str());
+  if (!launch.warning.empty())
+    std::fprintf(stderr, "[RANK %d] warning: %s\n", launch.global_rank, launch.warning.c_str());
 
   // Checks a rank can make alone, before any collective. choose_device binds the GPU (before
   // NCCL starts); whether ranks share one is judged below, from every rank's report.
@@ -350,7 +351,12 @@ int main(int argc, char** argv) {
   const ddp::EnvMap env = ddp::current_environment();
 
   ddp::LaunchEnv launch;
-  if (int rc = ddp::run_main([&] { launch = ddp::resolve_launch_env(env, ddp::launch_overrides(options)); return 0; }, "[hello]"))
+  if (int rc = ddp::run_main(
+          [&] {
+            launch = ddp::resolve_launch_env(env, ddp::launch_overrides(options));
+            return 0;
+          },
+          "[hello]"))
     return rc;
 
   return ddp::run_main([&] { return hello(options, launch, env); },

@@ -12,8 +12,8 @@
 #include <cstdio>
 #include <string>
 
-#include "ddp/data.h"          // defines: DistributedSampler, Loader (the first training batch)
 #include "ddp/compute.h"       // defines: configure_compute (threads)
+#include "ddp/data.h"          // defines: DistributedSampler, Loader (the first training batch)
 #include "ddp/device.h"        // defines: choose_device
 #include "ddp/epoch_report.h"  // defines: EpochReporter (checksum, --export-weights)
 #include "ddp/error.h"         // defines: run_main
@@ -44,8 +44,8 @@ void add_options(CLI::App& app, ddp::Options& o, CLI::Option*& batch_size) {
 
 // The loss of the first batch a step would train on (epoch 0, step 0, one rank), dropout off so
 // that it depends on the weights and the data alone.
-double first_batch_loss(ddp::Model& model, const ddp::Workload& workload, const ddp::Options& opt,
-                        torch::Device device, int64_t& samples) {
+double first_batch_loss(ddp::Model& model, const ddp::Workload& workload, const ddp::Options& opt, torch::Device device,
+                        int64_t& samples) {
   const ddp::DistributedSampler sampler(workload.train.size(), /*num_replicas=*/1, /*rank=*/0, opt.seed);
   const ddp::Loader loader(workload.train, sampler, opt.batch_size, device);
   const ddp::Batch batch = loader.batch(0);

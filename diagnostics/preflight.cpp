@@ -36,7 +36,8 @@ Attempt try_connect(const std::string& host, int port, milliseconds limit) {
   addrinfo* found = nullptr;
   const int rc = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found);
   if (rc != 0)
-    return {false, rc == EAI_NONAME || rc == EAI_FAIL, std::string("cannot resolve the host name: ") + gai_strerror(rc)};
+    return {false, rc == EAI_NONAME || rc == EAI_FAIL,
+            std::string("cannot resolve the host name: ") + gai_strerror(rc)};
   std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> owned(found, &::freeaddrinfo);
 
   Attempt attempt;
@@ -69,9 +70,7 @@ std::string this_host() {
   return name;
 }
 
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 }  // namespace
 
@@ -97,7 +96,8 @@ double wait_for_master(const ddp::LaunchEnv& launch, milliseconds timeout) {
                    launch.global_rank, where.c_str(), last.reason.c_str(), timeout.count() / 1000.0);
       told = true;
     }
-    std::this_thread::sleep_for(std::min(milliseconds(250), std::chrono::duration_cast<milliseconds>(deadline - Clock::now())));
+    std::this_thread::sleep_for(
+        std::min(milliseconds(250), std::chrono::duration_cast<milliseconds>(deadline - Clock::now())));
   }
 
   char waited[32];
@@ -113,15 +113,17 @@ double wait_for_master(const ddp::LaunchEnv& launch, milliseconds timeout) {
 }
 
 void check_master_is_here(const ddp::LaunchEnv& launch) {
-  const std::string fix = "export MASTER_ADDR=$(hostname -s) on the node of rank 0 (the job's first node), "
-                          "or pass --master-addr";
+  const std::string fix =
+      "export MASTER_ADDR=$(hostname -s) on the node of rank 0 (the job's first node), "
+      "or pass --master-addr";
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* found = nullptr;
   if (const int rc = ::getaddrinfo(launch.master_addr.c_str(), nullptr, &hints, &found); rc != 0)
-    throw ddp::Error("rank 0 on " + this_host() + " cannot resolve MASTER_ADDR " + launch.master_addr + ": " +
-                         gai_strerror(rc), fix);
+    throw ddp::Error(
+        "rank 0 on " + this_host() + " cannot resolve MASTER_ADDR " + launch.master_addr + ": " + gai_strerror(rc),
+        fix);
   std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> owned(found, &::freeaddrinfo);
   for (const addrinfo* a = found; a != nullptr; a = a->ai_next) {
     // An address is this host's when a socket can bind to it (port 0: any free port).
@@ -150,7 +152,8 @@ std::string idle_gpus_warning(int ranks_on_node, int visible_gpus) {
   if (ranks_on_node >= visible_gpus) return "";
   const int idle = visible_gpus - ranks_on_node;
   return std::to_string(ranks_on_node) + " rank(s) on " + this_host() + " but " + std::to_string(visible_gpus) +
-         " GPUs visible: " + std::to_string(idle) + " GPU(s) sit idle (fix: one rank per GPU, "
+         " GPUs visible: " + std::to_string(idle) +
+         " GPU(s) sit idle (fix: one rank per GPU, "
          "--ntasks-per-node / --nproc_per_node = GPUs per node, or request only the GPUs you use)";
 }
 

@@ -31,9 +31,7 @@ struct MlpImpl : torch::nn::Module {
     if (with_unused) unused = register_module("unused", torch::nn::Linear(4, 4));
     to(torch::kFloat64);
   }
-  torch::Tensor forward(const torch::Tensor& x) {
-    return l4(torch::tanh(l3(torch::tanh(l2(torch::tanh(l1(x)))))));
-  }
+  torch::Tensor forward(const torch::Tensor& x) { return l4(torch::tanh(l3(torch::tanh(l2(torch::tanh(l1(x))))))); }
   torch::nn::Linear l1{nullptr}, l2{nullptr}, l3{nullptr}, l4{nullptr}, unused{nullptr};
 };
 
@@ -92,7 +90,9 @@ inline int train_and_compare(int rank, std::shared_ptr<ddp::ProcessGroup> pg, in
     ref_opt.zero_grad(grads_to_none);
     for (int m = 0; m < micro_batches; ++m) {
       auto [x, y] = batch(step * micro_batches + m, device);
-      auto local_loss = [&] { return torch::mse_loss(ddp_model->forward(shard(x, rank, world)), shard(y, rank, world)); };
+      auto local_loss = [&] {
+        return torch::mse_loss(ddp_model->forward(shard(x, rank, world)), shard(y, rank, world));
+      };
       if (m + 1 < micro_batches) {
         auto no_sync = ddp_model.no_sync();  // accumulate only
         local_loss().backward();

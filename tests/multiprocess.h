@@ -87,11 +87,14 @@ inline ddp::ProcessGroupOptions group_options(const RankSetup& setup) {
 // As run_processes, with the group joined: body(rank, group).
 inline int run_ranks(const RankSetup& setup,
                      const std::function<int(int rank, std::shared_ptr<ddp::ProcessGroup> pg)>& body) {
-  return run_processes(setup.n, [&](int rank, const ddp::LaunchEnv& launch) {
-    const torch::Device device = ddp::choose_device(setup.device, rank);
-    auto pg = ddp::init_process_group(launch, device, group_options(setup));
-    return body(rank, pg);
-  }, setup.phase);
+  return run_processes(
+      setup.n,
+      [&](int rank, const ddp::LaunchEnv& launch) {
+        const torch::Device device = ddp::choose_device(setup.device, rank);
+        auto pg = ddp::init_process_group(launch, device, group_options(setup));
+        return body(rank, pg);
+      },
+      setup.phase);
 }
 
 // n CPU ranks over Gloo.

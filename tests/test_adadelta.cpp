@@ -16,8 +16,8 @@ namespace {
 struct Problem {
   torch::Tensor w = torch::tensor({0.5, -0.3, 0.1, 0.2, -0.4, 0.7}, torch::kFloat64).reshape({3, 2}).requires_grad_();
   torch::Tensor b = torch::tensor({0.05, -0.02}, torch::kFloat64).requires_grad_();
-  torch::Tensor x = torch::tensor({1.0, 2.0, -1.0, 0.5, -0.5, 2.0, -1.5, 1.0, 0.25, 2.0, 0.0, 1.0}, torch::kFloat64)
-                        .reshape({4, 3});
+  torch::Tensor x =
+      torch::tensor({1.0, 2.0, -1.0, 0.5, -0.5, 2.0, -1.5, 1.0, 0.25, 2.0, 0.0, 1.0}, torch::kFloat64).reshape({4, 3});
   torch::Tensor y = torch::tensor({1.0, 0.0, 0.0, 1.0, -1.0, 0.5, 0.5, -0.5}, torch::kFloat64).reshape({4, 2});
 
   std::vector<torch::Tensor> params() { return {w, b}; }
@@ -56,8 +56,9 @@ struct ReferenceAdadelta {
 };
 
 void expect_close(const torch::Tensor& actual, const torch::Tensor& expected, const char* what) {
-  EXPECT_TRUE(torch::allclose(actual, expected, /*rtol=*/1e-12, /*atol=*/1e-14))
-      << what << "\nactual:\n" << actual << "\nexpected:\n" << expected;
+  EXPECT_TRUE(torch::allclose(actual, expected, /*rtol=*/1e-12, /*atol=*/1e-14)) << what << "\nactual:\n"
+                                                                                 << actual << "\nexpected:\n"
+                                                                                 << expected;
 }
 
 TEST(Adadelta, FollowsTheUpdateRuleStepByStep) {

@@ -89,54 +89,56 @@ bool backward_fails(const torch::Tensor& loss, const char* expected) {
 // All ranks fail in the same pass before any bucket was sent (one big bucket): the pass is
 // forgotten, and training goes on exactly like a single process that skipped that batch.
 TEST(DdpEquivalence, BackwardInterruptedBeforeAnyBucketIsForgotten) {
-  EXPECT_EQ(ddp_test::run_ranks(2,
-                                [](int rank, auto pg) {
-                                  auto model = make_mlp(100 + rank), reference = make_mlp(100);
-                                  ddp::DistributedDataParallel<MlpImpl> ddp_model(model, pg);  // 25 MiB: one bucket
-                                  torch::optim::SGD opt(model->parameters(), 0.05), ref_opt(reference->parameters(), 0.05);
-                                  for (int step = 0; step < 6; ++step) {
-                                    opt.zero_grad();
-                                    auto [x, y] = batch(step);
-                                    if (step == 2) {
-                                      auto out = forward_failing_in_backward(*model, shard(x, rank, 2));
-                                      if (!backward_fails(torch::mse_loss(out, shard(y, rank, 2)), "injected")) return 1;
-                                      continue;  // every rank skips this batch
-                                    }
-                                    torch::mse_loss(ddp_model->forward(shard(x, rank, 2)), shard(y, rank, 2)).backward();
-                                    opt.step();
-                                    ref_opt.zero_grad();
-                                    torch::mse_loss(reference->forward(x), y).backward();
-                                    ref_opt.step();
-                                  }
-                                  const double diff = max_difference(*model, *reference);
-                                  std::printf("rank %d: after an interrupted backward, max |DDP - single process| = %.3g\n",
-                                              rank, diff);
-                                  return diff <= kTolerance ? 0 : 1;
-                                }),
-            0);
+  EXPECT_EQ(
+      ddp_test::run_ranks(2,
+                          [](int rank, auto pg) {
+                            auto model = make_mlp(100 + rank), reference = make_mlp(100);
+                            ddp::DistributedDataParallel<MlpImpl> ddp_model(model, pg);  // 25 MiB: one bucket
+                            torch::optim::SGD opt(model->parameters(), 0.05), ref_opt(reference->parameters(), 0.05);
+                            for (int step = 0; step < 6; ++step) {
+                              opt.zero_grad();
+                              auto [x, y] = batch(step);
+                              if (step == 2) {
+                                auto out = forward_failing_in_backward(*model, shard(x, rank, 2));
+                                if (!backward_fails(torch::mse_loss(out, shard(y, rank, 2)), "injected")) return 1;
+                                continue;  // every rank skips this batch
+                              }
+                              torch::mse_loss(ddp_model->forward(shard(x, rank, 2)), shard(y, rank, 2)).backward();
+                              opt.step();
+                              ref_opt.zero_grad();
+                              torch::mse_loss(reference->forward(x), y).backward();
+                              ref_opt.step();
+                            }
+                            const double diff = max_difference(*model, *reference);
+                            std::printf("rank %d: after an interrupted backward, max |DDP - single process| = %.3g\n",
+                                        rank, diff);
+                            return diff <= kTolerance ? 0 : 1;
+                          }),
+      0);
 }
 
 // A pass that fails after part of the gradients were sent cannot be forgotten: the next backward
 // says the ranks are out of step (instead of averaging different batches); the one after works.
 TEST(DdpEquivalence, BackwardInterruptedAfterBucketsSentIsAnError) {
-  EXPECT_EQ(ddp_test::run_ranks(2,
-                                [](int rank, auto pg) {
-                                  auto model = make_mlp(7);
-                                  ddp::DdpOptions options;
-                                  options.bucket_mb = 0.02;  // the first bucket (l4, l3) is sent before the failure
-                                  ddp::DistributedDataParallel<MlpImpl> ddp_model(model, pg, options);
-                                  auto [x, y] = batch(0);
-                                  auto loss = [&] { return torch::mse_loss(ddp_model->forward(shard(x, rank, 2)), shard(y, rank, 2)); };
-                                  if (!backward_fails(torch::mse_loss(forward_failing_in_backward(*model, shard(x, rank, 2)),
-                                                                      shard(y, rank, 2)),
-                                                      "injected"))
-                                    return 1;
-                                  model->zero_grad();
-                                  if (!backward_fails(loss(), "out of step")) return 1;
-                                  model->zero_grad();
-                                  loss().backward();  // a fresh pass after the error works
-                                  return model->l1->weight.grad().defined() ? 0 : 1;
-                                }),
+  EXPECT_EQ(ddp_test::run_ranks(
+                2,
+                [](int rank, auto pg) {
+                  auto model = make_mlp(7);
+                  ddp::DdpOptions options;
+                  options.bucket_mb = 0.02;  // the first bucket (l4, l3) is sent before the failure
+                  ddp::DistributedDataParallel<MlpImpl> ddp_model(model, pg, options);
+                  auto [x, y] = batch(0);
+                  auto loss = [&] { return torch::mse_loss(ddp_model->forward(shard(x, rank, 2)), shard(y, rank, 2)); };
+                  if (!backward_fails(
+                          torch::mse_loss(forward_failing_in_backward(*model, shard(x, rank, 2)), shard(y, rank, 2)),
+                          "injected"))
+                    return 1;
+                  model->zero_grad();
+                  if (!backward_fails(loss(), "out of step")) return 1;
+                  model->zero_grad();
+                  loss().backward();  // a fresh pass after the error works
+                  return model->l1->weight.grad().defined() ? 0 : 1;
+                }),
             0);
 }
 

@@ -118,8 +118,9 @@ TEST(DeepSpeedConfig, BatchSizeDerivationsAsDeepSpeed) {
   EXPECT_EQ(b.micro_batch_per_gpu, 8);
   b = sizes(R"({"train_batch_size": 64, "train_micro_batch_size_per_gpu": 8, "gradient_accumulation_steps": 4})", 2);
   EXPECT_EQ(b.micro_batch_per_gpu, 8);
-  const auto inconsistent = error_of(
-      [&] { sizes(R"({"train_batch_size": 64, "train_micro_batch_size_per_gpu": 8, "gradient_accumulation_steps": 2})", 2); });
+  const auto inconsistent = error_of([&] {
+    sizes(R"({"train_batch_size": 64, "train_micro_batch_size_per_gpu": 8, "gradient_accumulation_steps": 2})", 2);
+  });
   EXPECT_TRUE(has(inconsistent, "8 x 2 x 2 = 32")) << inconsistent;
   const auto neither = error_of([&] { sizes(R"({"gradient_accumulation_steps": 2})", 2); });
   EXPECT_TRUE(has(neither, "neither train_batch_size nor train_micro_batch_size_per_gpu")) << neither;
@@ -128,8 +129,10 @@ TEST(DeepSpeedConfig, BatchSizeDerivationsAsDeepSpeed) {
 }
 
 TEST(DeepSpeedConfig, AdamWModeAsDeepSpeedsEngine) {
-  EXPECT_FALSE(parse(R"({"optimizer": {"type": "Adam", "params": {"adam_w_mode": false}}})").optimizer->decoupled_weight_decay);
-  EXPECT_TRUE(parse(R"({"optimizer": {"type": "AdamW", "params": {"adam_w_mode": false}}})").optimizer->decoupled_weight_decay);
+  EXPECT_FALSE(
+      parse(R"({"optimizer": {"type": "Adam", "params": {"adam_w_mode": false}}})").optimizer->decoupled_weight_decay);
+  EXPECT_TRUE(
+      parse(R"({"optimizer": {"type": "AdamW", "params": {"adam_w_mode": false}}})").optimizer->decoupled_weight_decay);
   EXPECT_TRUE(parse(R"({"optimizer": {"type": "adamw"}})").optimizer->decoupled_weight_decay);  // DeepSpeed lowercases
   const auto c = parse(R"({"optimizer": {"type": "AdamW", "params": {"torch_adam": true}}})");
   EXPECT_TRUE(listed(c, "optimizer.params.torch_adam"));
@@ -170,20 +173,28 @@ TEST(DeepSpeedConfig, BadValuesNameTheKeyAndTheFix) {
     const char* expected;
   };
   const Case cases[] = {
-      {R"({"optimizer": {"type": "Adam", "params": {"lr": "0.001"}}})", "optimizer.params.lr must be a number, not the string \"0.001\" | fix: write it without quotes"},
-      {R"({"train_batch_size": "auto"})", "train_batch_size is \"auto\" | fix: \"auto\" is filled in by the Hugging Face Trainer"},
+      {R"({"optimizer": {"type": "Adam", "params": {"lr": "0.001"}}})",
+       "optimizer.params.lr must be a number, not the string \"0.001\" | fix: write it without quotes"},
+      {R"({"train_batch_size": "auto"})",
+       "train_batch_size is \"auto\" | fix: \"auto\" is filled in by the Hugging Face Trainer"},
       {R"({"train_batch_size": 1.5})", "train_batch_size must be a whole number, not 1.5"},
       {R"({"train_batch_size": 0})", "train_batch_size is 0 but must be at least 1"},
       {R"({"gradient_clipping": -1})", "gradient_clipping is -1 but must be at least 0"},
       {R"({"steps_per_print": 0})", "steps_per_print is 0 but must be at least 1"},
-      {R"({"optimizer": {"type": "Adam", "params": {"betas": [0.9]}}})", "optimizer.params.betas must be a list of two numbers"},
+      {R"({"optimizer": {"type": "Adam", "params": {"betas": [0.9]}}})",
+       "optimizer.params.betas must be a list of two numbers"},
       {R"({"optimizer": {"type": "Adam", "params": {"betas": [0.9, 1.0]}}})", "each beta must be in [0, 1)"},
-      {R"({"optimizer": {"type": "SGD", "params": {"lr": 0.1}}})", "optimizer.type is \"SGD\", which ZeRO here does not offer | fix: use \"Adam\" or \"AdamW\""},
+      {R"({"optimizer": {"type": "SGD", "params": {"lr": 0.1}}})",
+       "optimizer.type is \"SGD\", which ZeRO here does not offer | fix: use \"Adam\" or \"AdamW\""},
       {R"({"optimizer": {"params": {"lr": 0.1}}})", "optimizer has no \"type\""},
-      {R"({"optimizer": {"type": "Adam", "params": {"max_grad_norm": 1.0}}})", "fix: use the top-level \"gradient_clipping\" instead"},
-      {R"({"optimizer": {"type": "Adam", "params": {"amsgrad": true}}})", "optimizer.params.amsgrad is true, which is not implemented here"},
-      {R"({"scheduler": {"type": "OneCycle", "params": {}}})", "scheduler.type is \"OneCycle\", which is not implemented here | fix: use \"WarmupLR\""},
-      {R"({"scheduler": {"type": "WarmupLR", "params": {"warmup_type": "cosine"}}})", "scheduler.params.warmup_type is \"cosine\" but must be \"log\" or \"linear\""},
+      {R"({"optimizer": {"type": "Adam", "params": {"max_grad_norm": 1.0}}})",
+       "fix: use the top-level \"gradient_clipping\" instead"},
+      {R"({"optimizer": {"type": "Adam", "params": {"amsgrad": true}}})",
+       "optimizer.params.amsgrad is true, which is not implemented here"},
+      {R"({"scheduler": {"type": "OneCycle", "params": {}}})",
+       "scheduler.type is \"OneCycle\", which is not implemented here | fix: use \"WarmupLR\""},
+      {R"({"scheduler": {"type": "WarmupLR", "params": {"warmup_type": "cosine"}}})",
+       "scheduler.params.warmup_type is \"cosine\" but must be \"log\" or \"linear\""},
       {R"({"zero_optimization": {"stage": "2"}})", "zero_optimization.stage must be a number, not the string \"2\""},
       {R"({"zero_optimization": 2})", "zero_optimization must be an object"},
       {R"({"fp16": {"enabled": true}, "fp16": {"enabled": false}})", "the key \"fp16\" appears twice"},
@@ -192,7 +203,8 @@ TEST(DeepSpeedConfig, BadValuesNameTheKeyAndTheFix) {
   };
   for (const auto& c : cases) {
     const auto error = error_of([&] { parse(c.json); });
-    EXPECT_TRUE(has(error, c.expected)) << "config " << c.json << "\n  error: " << error << "\n  expected: " << c.expected;
+    EXPECT_TRUE(has(error, c.expected)) << "config " << c.json << "\n  error: " << error
+                                        << "\n  expected: " << c.expected;
     EXPECT_TRUE(has(error, "ds_config.json")) << "the error does not name the file: " << error;
   }
 }
@@ -222,7 +234,8 @@ TEST(WarmupLR, LinearCurveAndDefaults) {
   EXPECT_DOUBLE_EQ(linear.lr_at(6), 0.01 + 0.1 * 5 / 10);
   EXPECT_DOUBLE_EQ(linear.lr_at(11), 0.11);
   // Without warmup_max_lr the warm-up climbs to the optimizer's lr (DeepSpeed).
-  const auto c = parse(R"({"optimizer": {"type": "AdamW", "params": {"lr": 0.02}}, "scheduler": {"type": "WarmupLR"}})");
+  const auto c =
+      parse(R"({"optimizer": {"type": "AdamW", "params": {"lr": 0.02}}, "scheduler": {"type": "WarmupLR"}})");
   EXPECT_DOUBLE_EQ(c.scheduler->warmup_max_lr, 0.02);
   EXPECT_EQ(c.scheduler->warmup_num_steps, 1000);
   ddp::WarmupLR one_step({0, 1, 1, "log"});  // N < 2 counts as 2, as in DeepSpeed

@@ -53,9 +53,9 @@ namespace {
 // GEMM workspaces for the bitwise comparisons (what --deterministic sets in the step programs).
 [[maybe_unused]] const int kCublasDeterministic = ::setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", 0);
 
-#define REQUIRE_GPUS(n)                                                                          \
-  do {                                                                                           \
-    const int visible = ddp::visible_gpus();                                                     \
+#define REQUIRE_GPUS(n)                                                                              \
+  do {                                                                                               \
+    const int visible = ddp::visible_gpus();                                                         \
     if (visible < (n)) GTEST_SKIP() << "needs " << (n) << " CUDA GPU(s); " << visible << " visible"; \
   } while (0)
 

@@ -56,8 +56,8 @@ TEST(GpuSharing, TheSameBusIdOnAnotherHostIsAnotherGpu) {
 
 // --device cuda:0 with four local ranks on two nodes, plus a CPU rank: each shared GPU is named once.
 TEST(GpuSharing, EverySharedGpuIsNamed) {
-  const std::vector<ddp::GpuClaim> claims{{"n1", kGpuA}, {"n1", kGpuA}, {"n2", kGpuA}, {"n2", kGpuA}, {"n2", ""},
-                                          {"n1", kGpuB}, {"n1", kGpuA}};
+  const std::vector<ddp::GpuClaim> claims{{"n1", kGpuA}, {"n1", kGpuA}, {"n2", kGpuA}, {"n2", kGpuA},
+                                          {"n2", ""},    {"n1", kGpuB}, {"n1", kGpuA}};
   const auto shared = ddp::shared_gpus(claims);
   ASSERT_EQ(shared.size(), 2u);
   EXPECT_EQ(shared[0].host, "n1");

@@ -23,9 +23,9 @@
 
 namespace {
 
-#define REQUIRE_GPU_FOR_SPEED()                                                    \
-  do {                                                                             \
-    if (ddp::visible_gpus() == 0) GTEST_SKIP() << "no CUDA GPU visible";           \
+#define REQUIRE_GPU_FOR_SPEED()                                                        \
+  do {                                                                                 \
+    if (ddp::visible_gpus() == 0) GTEST_SKIP() << "no CUDA GPU visible";               \
     if (!ddp::SyncCounter::available()) GTEST_SKIP() << "LibTorch built without CUDA"; \
   } while (0)
 
@@ -43,8 +43,8 @@ ddp::Dataset random_images(int64_t n, uint64_t seed) {
 double worst_difference(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
   double worst = 0;
   for (size_t i = 0; i < a.size(); ++i)
-    worst = std::max(worst,
-                     (a[i].cpu().to(torch::kFloat64) - b[i].cpu().to(torch::kFloat64)).abs().max().item<double>());
+    worst =
+        std::max(worst, (a[i].cpu().to(torch::kFloat64) - b[i].cpu().to(torch::kFloat64)).abs().max().item<double>());
   return worst;
 }
 

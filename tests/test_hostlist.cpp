@@ -19,19 +19,20 @@ TEST_P(Hostlist, Expands) { EXPECT_EQ(ddp::expand_hostlist(GetParam().input), Ge
 
 INSTANTIATE_TEST_SUITE_P(
     Table, Hostlist,
-    ::testing::Values(HostlistCase{"node1", {"node1"}},                               // a single host
+    ::testing::Values(HostlistCase{"node1", {"node1"}},                              // a single host
                       HostlistCase{"node[1-3]", {"node1", "node2", "node3"}},        // a range
                       HostlistCase{"n[001-003]", {"n001", "n002", "n003"}},          // zero padding
                       HostlistCase{"n[098-101]", {"n098", "n099", "n100", "n101"}},  // padding across widths
                       HostlistCase{"gpu[1,3,5]", {"gpu1", "gpu3", "gpu5"}},          // a list
                       HostlistCase{"gpu[1-2,7]", {"gpu1", "gpu2", "gpu7"}},          // range and list
-                      HostlistCase{"a,b", {"a", "b"}},                                // plain names
-                      HostlistCase{"n[01-10]", {"n01", "n02", "n03", "n04", "n05", "n06", "n07", "n08", "n09",
-                                                "n10"}},                              // width of the lower bound
-                      HostlistCase{"x[1-2]y[3]", {"x1y3", "x2y3"}},                   // a one-element group
-                      HostlistCase{"a[1-2],b3", {"a1", "a2", "b3"}},                 // several groups
+                      HostlistCase{"a,b", {"a", "b"}},                               // plain names
+                      HostlistCase{"n[01-10]",
+                                   {"n01", "n02", "n03", "n04", "n05", "n06", "n07", "n08", "n09",
+                                    "n10"}},                          // width of the lower bound
+                      HostlistCase{"x[1-2]y[3]", {"x1y3", "x2y3"}},   // a one-element group
+                      HostlistCase{"a[1-2],b3", {"a1", "a2", "b3"}},  // several groups
                       HostlistCase{"a1,b[2-3],c", {"a1", "b2", "b3", "c"}},
-                      HostlistCase{"n[1-2]-ib", {"n1-ib", "n2-ib"}},                  // a suffix
+                      HostlistCase{"n[1-2]-ib", {"n1-ib", "n2-ib"}},                   // a suffix
                       HostlistCase{"r[1-2]n[1-2]", {"r1n1", "r1n2", "r2n1", "r2n2"}},  // two bracket groups
                       HostlistCase{"gpua[001-002]", {"gpua001", "gpua002"}},           // Delta-style names
                       HostlistCase{"della-l[07-08]g1", {"della-l07g1", "della-l08g1"}}),
@@ -68,7 +69,7 @@ TEST(TasksPerNode, ExpandsRepeats) {
 }
 
 TEST(TasksPerNode, RejectsMalformed) {
-  for (const char* bad : {"", "2(x", "x2", "2(3)", "0", "2(x0)", "a,1", "1,,2", "1(x1000000000)",
-                          "99999999999(x2)", "2(x99999999999999999999)"})
+  for (const char* bad : {"", "2(x", "x2", "2(3)", "0", "2(x0)", "a,1", "1,,2", "1(x1000000000)", "99999999999(x2)",
+                          "2(x99999999999999999999)"})
     EXPECT_THROW(ddp::expand_tasks_per_node(bad), ddp::Error) << "input: '" << bad << "'";
 }

@@ -1,9 +1,9 @@
 // load_idx_dataset on small IDX files written here (plain and gzipped), on malformed ones (each
 // error must name the file), and on the installed Fashion-MNIST when it is there.
-#include <gtest/gtest.h>
-#include <torch/torch.h>
 #include <ftw.h>
+#include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <torch/torch.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -22,8 +22,9 @@ namespace {
 // POSIX calls instead of std::filesystem: the torch wheels export an older copy of parts of it
 // (pytorch/pytorch#133437) whose remove_all crashes when called from a program linked to them.
 void remove_tree(const std::string& dir) {
-  ::nftw(dir.c_str(), [](const char* path, const struct stat*, int, struct FTW*) { return ::remove(path); }, 8,
-         FTW_DEPTH | FTW_PHYS);
+  ::nftw(
+      dir.c_str(), [](const char* path, const struct stat*, int, struct FTW*) { return ::remove(path); }, 8,
+      FTW_DEPTH | FTW_PHYS);
 }
 
 bool exists(const std::string& path) {

@@ -9,7 +9,6 @@
 
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
-  if (const char* test = std::getenv("DDPW_TEST_NAME"); test && ddp::is_spawned_worker())
-    GTEST_FLAG_SET(filter, test);
+  if (const char* test = std::getenv("DDPW_TEST_NAME"); test && ddp::is_spawned_worker()) GTEST_FLAG_SET(filter, test);
   return RUN_ALL_TESTS();
 }

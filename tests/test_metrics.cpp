@@ -33,8 +33,8 @@ std::vector<std::string> read_lines(const std::string& path) {
 
 std::string temp_path(const std::string& name) {
   const char* tmp = std::getenv("TMPDIR");
-  return std::string(tmp != nullptr && *tmp != 0 ? tmp : "/tmp") + "/ddpw_metrics_" + std::to_string(::getpid()) +
-         "_" + name;
+  return std::string(tmp != nullptr && *tmp != 0 ? tmp : "/tmp") + "/ddpw_metrics_" + std::to_string(::getpid()) + "_" +
+         name;
 }
 
 ddp::EpochMetrics row(int64_t epoch) {

@@ -21,8 +21,8 @@ TEST(LinearRegressor, IsOneLinearLayer) {
   EXPECT_EQ(parameter_names(model), (std::vector<std::string>{"fc.weight", "fc.bias"}));
   const auto out = model.forward(torch::ones({5, 20}));
   EXPECT_EQ(out.sizes(), (std::vector<int64_t>{5, 1}));
-  const auto expected = torch::ones({5, 20}).matmul(model.named_parameters()["fc.weight"].t()) +
-                        model.named_parameters()["fc.bias"];
+  const auto expected =
+      torch::ones({5, 20}).matmul(model.named_parameters()["fc.weight"].t()) + model.named_parameters()["fc.bias"];
   EXPECT_TRUE(torch::allclose(out, expected));
 }
 
@@ -90,12 +90,12 @@ TEST(MnistCnn, MatchesThePythonNet) {
   }
   const auto x = torch::cos(torch::arange(2 * 784, torch::kFloat64) * 0.01).reshape({2, 1, 28, 28});
   const auto expected =
-      torch::tensor({-2.2477090742048067, -2.3165751705925306, -2.265595101428027, -2.275221872280991,
-                     -2.3124545369823224, -2.260337845254568, -2.375245358210746, -2.268735880373842,
-                     -2.430991732569199, -2.2878078923699197, -2.246864041738661, -2.317630876926884,
-                     -2.2644474719291656, -2.2764579136032275, -2.3112588412420854, -2.2614870168990744,
-                     -2.3742666477107406, -2.269549991622153, -2.4304475652812485, -2.288112090183991},
-                    torch::kFloat64)
+      torch::tensor(
+          {-2.2477090742048067, -2.3165751705925306, -2.265595101428027,  -2.275221872280991,  -2.3124545369823224,
+           -2.260337845254568,  -2.375245358210746,  -2.268735880373842,  -2.430991732569199,  -2.2878078923699197,
+           -2.246864041738661,  -2.317630876926884,  -2.2644474719291656, -2.2764579136032275, -2.3112588412420854,
+           -2.2614870168990744, -2.3742666477107406, -2.269549991622153,  -2.4304475652812485, -2.288112090183991},
+          torch::kFloat64)
           .reshape({2, 10});
   const auto out = model.forward(x);
   EXPECT_TRUE(torch::allclose(out, expected, 1e-10, 1e-12)) << out << "\nexpected\n" << expected;

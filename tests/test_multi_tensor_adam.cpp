@@ -15,8 +15,8 @@ namespace multi_tensor_adam {
 struct Problem {
   torch::Tensor w = torch::tensor({0.5, -0.3, 0.1, 0.2, -0.4, 0.7}, torch::kFloat64).reshape({3, 2}).requires_grad_();
   torch::Tensor b = torch::tensor({0.05, -0.02}, torch::kFloat64).requires_grad_();
-  torch::Tensor x = torch::tensor({1.0, 2.0, -1.0, 0.5, -0.5, 2.0, -1.5, 1.0, 0.25, 2.0, 0.0, 1.0}, torch::kFloat64)
-                        .reshape({4, 3});
+  torch::Tensor x =
+      torch::tensor({1.0, 2.0, -1.0, 0.5, -0.5, 2.0, -1.5, 1.0, 0.25, 2.0, 0.0, 1.0}, torch::kFloat64).reshape({4, 3});
   torch::Tensor y = torch::tensor({1.0, 0.0, 0.0, 1.0, -1.0, 0.5, 0.5, -0.5}, torch::kFloat64).reshape({4, 2});
 
   std::vector<torch::Tensor> params() { return {w, b}; }
@@ -127,10 +127,12 @@ void compare_with_libtorch(bool decoupled) {
   std::unique_ptr<torch::optim::Optimizer> reference;
   if (decoupled)
     reference = std::make_unique<torch::optim::AdamW>(
-        theirs->parameters(), torch::optim::AdamWOptions(o.lr).betas({o.beta1, o.beta2}).eps(o.eps).weight_decay(o.weight_decay));
+        theirs->parameters(),
+        torch::optim::AdamWOptions(o.lr).betas({o.beta1, o.beta2}).eps(o.eps).weight_decay(o.weight_decay));
   else
     reference = std::make_unique<torch::optim::Adam>(
-        theirs->parameters(), torch::optim::AdamOptions(o.lr).betas({o.beta1, o.beta2}).eps(o.eps).weight_decay(o.weight_decay));
+        theirs->parameters(),
+        torch::optim::AdamOptions(o.lr).betas({o.beta1, o.beta2}).eps(o.eps).weight_decay(o.weight_decay));
   Moments m(mine->parameters());
   auto gen = at::detail::createCPUGenerator(11);
   for (int64_t step = 1; step <= 30; ++step) {

@@ -113,7 +113,8 @@ TEST(ProcessGroup, RankZeroServesTheStoreUntilEveryPeerHasLeft) {
                                       launch.master_port = std::atoi(::getenv("DDPW_TEST_PORT"));
                                       ddp::ProcessGroupOptions options;
                                       options.join_backend = false;  // the store alone
-                                      options.rendezvous_timeout = options.collective_timeout = std::chrono::seconds(20);
+                                      options.rendezvous_timeout = options.collective_timeout =
+                                          std::chrono::seconds(20);
                                       auto pg = ddp::init_process_group(launch, torch::Device(torch::kCPU), options);
                                       pg->all_gather_strings("here");
                                       if (rank == 0) return 0;  // leaves at once

@@ -18,8 +18,8 @@ struct SgdProblem {
   torch::Tensor b = torch::tensor({0.05, -0.02}, torch::kFloat64).requires_grad_();
   torch::Tensor v = torch::tensor({0.3f, -0.7f, 1.1f}).requires_grad_();
   torch::Tensor frozen = torch::ones({2}, torch::kFloat64).requires_grad_();
-  torch::Tensor x = torch::tensor({1.0, 2.0, -1.0, 0.5, -0.5, 2.0, -1.5, 1.0, 0.25, 2.0, 0.0, 1.0}, torch::kFloat64)
-                        .reshape({4, 3});
+  torch::Tensor x =
+      torch::tensor({1.0, 2.0, -1.0, 0.5, -0.5, 2.0, -1.5, 1.0, 0.25, 2.0, 0.0, 1.0}, torch::kFloat64).reshape({4, 3});
   torch::Tensor y = torch::tensor({1.0, 0.0, 0.0, 1.0, -1.0, 0.5, 0.5, -0.5}, torch::kFloat64).reshape({4, 2});
 
   std::vector<torch::Tensor> least_squares() { return {w, b}; }
@@ -40,8 +40,7 @@ double worst_difference(const std::vector<torch::Tensor>& a, const std::vector<t
 }
 
 std::vector<torch::optim::SGDOptions> every_kind_of_sgd() {
-  return {torch::optim::SGDOptions(0.1),
-          torch::optim::SGDOptions(0.1).weight_decay(0.01),
+  return {torch::optim::SGDOptions(0.1), torch::optim::SGDOptions(0.1).weight_decay(0.01),
           torch::optim::SGDOptions(0.1).momentum(0.9).dampening(0.1).weight_decay(0.01),
           torch::optim::SGDOptions(0.05).momentum(0.9).nesterov(true).weight_decay(0.01)};
 }

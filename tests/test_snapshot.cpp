@@ -84,9 +84,10 @@ TEST_F(SnapshotIdentity, AnotherStepOrDatasetIsRefused) {
                 .find("written by step1_multigpu_fork (solution)"),
             std::string::npos);
   // Same model, same shapes: only the recorded dataset tells MNIST from Fashion-MNIST.
-  EXPECT_NE(load_as(run_of("step0_single_gpu", "program", "mnist"), run_of("step0_single_gpu", "program", "fashion-mnist"))
-                .find("step0_single_gpu training mnist, not by this run, step0_single_gpu training fashion-mnist"),
-            std::string::npos);
+  EXPECT_NE(
+      load_as(run_of("step0_single_gpu", "program", "mnist"), run_of("step0_single_gpu", "program", "fashion-mnist"))
+          .find("step0_single_gpu training mnist, not by this run, step0_single_gpu training fashion-mnist"),
+      std::string::npos);
 }
 
 TEST_F(SnapshotIdentity, FreshIgnoresTheFile) {

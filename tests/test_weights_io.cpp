@@ -66,8 +66,8 @@ bool same(torch::nn::Module& model, const std::vector<torch::Tensor>& before) {
 const char* const kPickleOfDictOfList =  // {"a": [1, 2]}
     "80 02 7d 71 00 58 01 00 00 00 61 71 01 5d 71 02 28 4b 01 4b 02 65 73 2e";
 const char* const kPickleOfOsSystem = "80 02 63 70 6f 73 69 78 0a 73 79 73 74 65 6d 0a 71 00 2e";  // os.system
-const char* const kPickleOfList = "80 02 5d 71 00 2e";                                              // []
-const char* const kPickleOfCheckpoint =  // {"model": {}}
+const char* const kPickleOfList = "80 02 5d 71 00 2e";                                             // []
+const char* const kPickleOfCheckpoint =                                                            // {"model": {}}
     "80 02 7d 71 00 58 05 00 00 00 6d 6f 64 65 6c 71 01 7d 71 02 73 2e";
 
 std::string from_hex(const char* hex) {
@@ -112,7 +112,7 @@ TEST_F(WeightsIo, TensorDictKeepsOrderDtypesShapesAndValues) {
   const ddp::TensorDict in = {
       {"z.first", torch::arange(6, torch::kFloat32).reshape({2, 3}).t()},  // a view, not contiguous
       {"a.double", torch::tensor({1.5, -2.25}, torch::kFloat64)},
-      {"m.count", torch::tensor(int64_t{7})},                              // 0-dim
+      {"m.count", torch::tensor(int64_t{7})},  // 0-dim
       {"h.half", torch::ones({3}, torch::kHalf)},
       {"b.mask", torch::tensor({true, false})},
       {"e.empty", torch::empty({0, 4})},
