@@ -7,6 +7,21 @@
 
 namespace ddp {
 
+DdpOptions ddp_options(const Options& o) {
+  if (o.zero_stage > 0) {
+    const ProgramId& p = o.program;
+    throw Error(p.label() + " was asked for ZeRO stage " + std::to_string(o.zero_stage) +
+                    (o.deepspeed_config_path.empty() ? "" : " (--deepspeed-config " + o.deepspeed_config_path + ")") +
+                    ", but it wraps the model in DistributedDataParallel, which keeps the whole optimizer state on "
+                    "every rank",
+                p.kind == "exercise" && p.step == 4
+                    ? "complete TODO(step4) in " + p.name + "/main.cpp: wrap the model in ddp::ZeroDataParallel "
+                      "(ddp/zero_data_parallel.h) and step a ddp::ShardedAdamW"
+                    : "train with ZeRO in step4_sharded, or step5_trainer --strategy zero2");
+  }
+  return {o.bucket_mb, o.find_unused_parameters, true};
+}
+
 GradientReducer::GradientReducer(std::shared_ptr<torch::nn::Module> module, std::shared_ptr<ProcessGroup> pg,
                                  DdpOptions options)
     : module_(std::move(module)), pg_(std::move(pg)), options_(options) {

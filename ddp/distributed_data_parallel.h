@@ -38,8 +38,9 @@ struct DdpOptions {
   bool broadcast_buffers = true;  // at construction
 };
 
-// --bucket-mb and --find-unused-parameters.
-inline DdpOptions ddp_options(const Options& o) { return {o.bucket_mb, o.find_unused_parameters, true}; }
+// --bucket-mb and --find-unused-parameters. A run asked for ZeRO (--zero, --deepspeed-config) is an
+// error here: the program would train without it (step 4's exercise before its TODO is done).
+DdpOptions ddp_options(const Options& o);
 
 // The engine behind DistributedDataParallel (no template: compiled once).
 class GradientReducer {
