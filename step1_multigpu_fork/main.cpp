@@ -11,7 +11,7 @@
 
 #include "ddp/compute.h"         // defines: configure_compute (threads per rank, --deterministic)
 #include "ddp/data.h"            // defines: DistributedSampler (the data order), Loader (batches)
-#include "ddp/device.h"          // defines: choose_device, visible_gpus
+#include "ddp/device.h"          // defines: choose_device, workers_per_node
 #include "ddp/distributed_data_parallel.h"  // defines: DistributedDataParallel
 #include "ddp/epoch_report.h"    // defines: EpochReporter (every line a rank prints, losses, metrics)
 #include "ddp/error.h"           // defines: run_main, exit codes
@@ -128,7 +128,7 @@ int worker(const ddp::Options& opt, int /*rank*/, int /*world_size*/) {
 
 int main(int argc, char** argv) {
   // TODO(step1): one worker per visible GPU (else --nproc on the CPU), each running worker(opt, rank,
-  //   world_size); wait for them all, like torch.multiprocessing.spawn. Hint: ddp::spawn, visible_gpus.
+  //   world_size); wait for them all, like torch.multiprocessing.spawn. Hint: ddp::spawn, workers_per_node.
   const ddp::Options opt =
       ddp::parse_options(argc, argv, ddp::kTrainingOptions | ddp::kDistributedOptions | ddp::kSpawnOptions);
   return ddp::run_main([&] { return worker(opt, /*rank=*/0, /*world_size=*/1); });

@@ -11,7 +11,7 @@
 
 #include "ddp/compute.h"         // defines: configure_compute (threads per rank, --deterministic)
 #include "ddp/data.h"            // defines: DistributedSampler (the data order), Loader (batches)
-#include "ddp/device.h"          // defines: choose_device, visible_gpus
+#include "ddp/device.h"          // defines: choose_device, workers_per_node
 #include "ddp/distributed_data_parallel.h"  // defines: DistributedDataParallel
 #include "ddp/epoch_report.h"    // defines: EpochReporter (every line a rank prints, losses, metrics)
 #include "ddp/error.h"           // defines: run_main, exit codes
@@ -132,10 +132,9 @@ int worker(const ddp::Options& opt, int rank, int world_size) {
 
 int main(int argc, char** argv) {
   // TODO(step1): one worker per visible GPU (else --nproc on the CPU), each running worker(opt, rank,
-  //   world_size); wait for them all, like torch.multiprocessing.spawn. Hint: ddp::spawn, visible_gpus.
+  //   world_size); wait for them all, like torch.multiprocessing.spawn. Hint: ddp::spawn, workers_per_node.
   const ddp::Options opt =
       ddp::parse_options(argc, argv, ddp::kTrainingOptions | ddp::kDistributedOptions | ddp::kSpawnOptions);
-  const int gpus = opt.device == "cpu" ? 0 : ddp::visible_gpus();
-  const int world_size = gpus > 0 ? gpus : opt.nproc;
+  const int world_size = ddp::workers_per_node(opt.device, opt.nproc);  // GPUs visible, else --nproc
   return ddp::spawn(world_size, [&](int rank) { return ddp::run_main([&] { return worker(opt, rank, world_size); }); });
 }

@@ -10,7 +10,7 @@
 
 #include "ddp/compute.h"         // defines: configure_compute (threads per rank, --deterministic)
 #include "ddp/data.h"            // defines: DistributedSampler (the data order), Loader (batches)
-#include "ddp/device.h"          // defines: choose_device, visible_gpus
+#include "ddp/device.h"          // defines: choose_device, workers_per_node
 #include "ddp/distributed_data_parallel.h"  // defines: DistributedDataParallel
 #include "ddp/epoch_report.h"    // defines: EpochReporter (every line a rank prints, losses, metrics)
 #include "ddp/error.h"           // defines: run_main, exit codes
