@@ -38,8 +38,8 @@ struct DdpOptions {
   bool broadcast_buffers = true;  // at construction
 };
 
-// --bucket-mb and --find-unused-parameters. A run asked for ZeRO (--zero, --deepspeed-config) is an
-// error here: the program would train without it (step 4's exercise before its TODO is done).
+// --bucket-mb and --find-unused-parameters. A run asked for ZeRO (--zero, --deepspeed-config), or step
+// 4's exercise started as several ranks, is an error naming TODO(step4): it would train without ZeRO.
 DdpOptions ddp_options(const Options& o);
 
 // The engine behind DistributedDataParallel (no template: compiled once).

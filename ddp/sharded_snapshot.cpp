@@ -24,7 +24,9 @@ using Json = nlohmann::ordered_json;
 constexpr std::string_view kShardMagic = "DDPWSHRD";
 constexpr uint32_t kShardVersion = 1;
 constexpr const char* kFormat = "ddp-workshop sharded snapshot";
-constexpr int64_t kManifestVersion = 1;
+// Version 2 added who wrote the snapshot ("program": name, kind, step, dataset), as the plain
+// snapshot's format version 2 did; version 1 manifests (no writer) are refused by number.
+constexpr int64_t kManifestVersion = 2;
 
 Error sharded_error(const std::string& path, const std::string& why) {
   return Error("sharded snapshot '" + path + "' " + why + "; it was left untouched",
@@ -91,7 +93,10 @@ std::optional<Manifest> read_manifest(const std::string& path) {
   text << in.rdbuf();
   const std::string s = text.str();
   if (s.rfind("DDPWSNAP", 0) == 0)
-    throw sharded_error(path, "is a plain snapshot (written without ZeRO), not a sharded one");
+    throw Error("sharded snapshot '" + path + "' is a plain snapshot, written without ZeRO (by DistributedDataParallel: "
+                "steps 0-3, step 4's exercise before its TODO), not a sharded one; it was left untouched",
+                "give this run its own file with --snapshot PATH, or start it over with --fresh (its first save "
+                "then replaces the file)");
   Manifest m;
   try {
     m.json = Json::parse(s);
@@ -292,8 +297,9 @@ std::optional<Error> attempt(F&& f) {
 }
 
 // Who wrote a snapshot: the manifest's "program" entry (absent when written through the path API).
+// The dataset stands for the model (same shapes for MNIST and Fashion-MNIST: only it tells them apart).
 Json identity_of(const Options& o) {
-  return {{"name", o.program.name}, {"kind", o.program.kind}, {"dataset", o.dataset}};
+  return {{"name", o.program.name}, {"kind", o.program.kind}, {"step", o.program.step}, {"dataset", o.dataset}};
 }
 
 // "step4_sharded (solution) training synthetic", as a plain snapshot names its writer.
