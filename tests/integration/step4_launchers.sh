@@ -28,18 +28,20 @@ PY
 
 command -v torchrun >/dev/null || fail "torchrun not found (scripts/setup.sh installs it)"
 for stage in 1 2; do
-  mkdir "torchrun-zero$stage" && cd "torchrun-zero$stage"
+  mkdir "torchrun-zero$stage"
+cd "torchrun-zero$stage" || exit 1
   run_logged out.log torchrun --standalone --nproc_per_node=2 --no-python "$BIN/solutions/step4_sharded" \
     "${args[@]}" --zero "$stage" || { cat out.log; fail "torchrun --zero $stage exited non-zero"; }
   echo "torchrun --zero $stage: $(check_training_log out.log 2 "[CPU0]")"
   check_shards out.log "$stage"
-  cd ..
+  cd .. || exit 1
 done
 
 command -v mpirun >/dev/null || fail "mpirun not found (scripts/setup.sh installs openmpi-bin)"
 root=()
 [ "$(id -u)" -eq 0 ] && root=(--allow-run-as-root)
-mkdir mpirun && cd mpirun
+mkdir mpirun
+cd mpirun || exit 1
 MASTER_PORT=$(free_port) run_logged out.log mpirun "${root[@]}" --oversubscribe -x MASTER_PORT -np 2 \
   "$BIN/solutions/step4_sharded" "${args[@]}" || { cat out.log; fail "mpirun run exited non-zero"; }
 echo "mpirun (the config's stage): $(check_training_log out.log 2 "[CPU0]")"

@@ -30,7 +30,8 @@ expected=$(final_checksum ref/out.log)
 [ -n "$expected" ] || fail "no checksum in the uninterrupted run"
 
 # ---- stop with SIGTERM, resume with the same world size: exact ---------------------------------
-mkdir stopped && cd stopped
+mkdir stopped
+cd stopped || exit 1
 "${torchrun2[@]}" "${args[@]}" >part1.log 2>&1 &
 agent=$!; STARTED_PIDS+=("$agent")
 wait_for_line part1.log '\(1 epochs run, step 0\)' 90
@@ -47,17 +48,17 @@ STOP=$(echo "$stops" | sed -E 's/^ *2 Stopping //')  # "at epoch E, step S"
 epoch=${STOP#at epoch }; epoch=${epoch%%,*}; step=${STOP##*step }
 grep -q "snapshot saved at $manifest ($epoch epochs run, step $step)" part1.log || { cat part1.log; fail "no snapshot at the stop"; }
 echo "ok   SIGTERM to rank 0: both ranks stopped $STOP, exit 75, a shard each"
-cd ..
+cd .. || exit 1
 for copy in three one missing corrupt; do cp -a stopped "$copy"; done
 
-cd stopped
+cd stopped || exit 1
 run_logged part2.log "${torchrun2[@]}" "${args[@]}" || { cat part2.log; fail "the resumed run failed"; }
 grep -q "Resuming training from snapshot $manifest $STOP" part2.log || { cat part2.log; fail "did not resume $STOP"; }
 got=$(grep 'final weights checksum' part2.log | awk '{print $NF}' | sort -u)
 [ "$(grep -c 'final weights checksum' part2.log)" -eq 2 ] && [ "$got" = "$expected" ] ||
   fail "stopped and resumed: checksums '$got', uninterrupted $expected"
 echo "ok   resumed $STOP with 2 ranks: final weights equal the uninterrupted run's ($got)"
-cd ..
+cd .. || exit 1
 
 # ---- resume with another world size: the shards are reassembled and split again ----------------
 # check_resharded LOG RANKS: resumed at the start of the stopped epoch (the data shards differ),
@@ -88,7 +89,7 @@ PY
 # expect_refused DIR REGEX: 2 ranks refuse the snapshot in DIR with REGEX, and leave every file as it was.
 expect_refused() {
   local dir=$1 regex=$2 before rc=0
-  cd "$dir"
+  cd "$dir" || exit 1
   before=$(sha256sum -- * | grep -v '\.log$' || true)
   run_logged out.log "${torchrun2[@]}" "${args[@]}" || rc=$?
   [ "$rc" -ne 0 ] || { cat out.log; fail "$dir: the run accepted the snapshot"; }
@@ -96,7 +97,7 @@ expect_refused() {
   ! grep -q 'Epoch [0-9]* |' out.log || { cat out.log; fail "$dir: training started"; }
   [ "$(sha256sum -- * | grep -v '\.log$' || true)" = "$before" ] || fail "$dir: a file was changed"
   echo "ok   $dir: $(grep -m1 -oE "$regex" out.log)"
-  cd ..
+  cd .. || exit 1
 }
 shard0=$(cd missing && ls "$manifest".g*.rank0-of-2) shard1=$(cd missing && ls "$manifest".g*.rank1-of-2)
 rm missing/"$shard1"
@@ -105,7 +106,8 @@ python3 -c 'import sys; f = open(sys.argv[1], "r+b"); f.seek(200); b = f.read(1)
 expect_refused corrupt "shard '(\./)?$shard0' \(rank 0 of 2\) that is corrupt \(checksum mismatch\)"
 
 # ---- the exercise's snapshot is not the solution's ---------------------------------------------
-mkdir exercise && cd exercise
+mkdir exercise
+cd exercise || exit 1
 run_logged exercise.log "$BIN/step4_sharded" 1 1 --device cpu --snapshot shared.pt || { cat exercise.log; fail "the exercise did not run"; }
 before=$(sha256sum shared.pt)
 rc=0; run_logged solution.log "$STEP4" 2 1 --device cpu --snapshot shared.pt || rc=$?
@@ -114,5 +116,5 @@ grep -q "sharded snapshot 'shared.pt' is a plain snapshot, written without ZeRO 
   { cat solution.log; fail "the solution did not say why it refused the exercise's snapshot"; }
 [ "$(sha256sum shared.pt)" = "$before" ] || fail "the exercise's snapshot was changed"
 echo "ok   the exercise's snapshot: refused by the solution, left as it was"
-cd ..
+cd .. || exit 1
 pass "step 4: exact resume after SIGTERM, resharding 2 -> 3 and 2 -> 1, bad shards and the exercise's snapshot refused"
