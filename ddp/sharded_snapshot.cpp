@@ -93,8 +93,12 @@ std::optional<Manifest> read_manifest(const std::string& path) {
   text << in.rdbuf();
   const std::string s = text.str();
   if (s.rfind("DDPWSNAP", 0) == 0)
-    throw Error("sharded snapshot '" + path + "' is a plain snapshot, written without ZeRO (by DistributedDataParallel: "
-                "steps 0-3, step 4's exercise before its TODO), not a sharded one; it was left untouched",
+    throw Error("sharded snapshot '" + path + "' is a plain snapshot, written without ZeRO by " +
+                    [&] {
+                      const std::string w = snapshot_writer(path);
+                      return w.empty() ? std::string("a DDP program") : w;
+                    }() +
+                    ", not a sharded one; it was left untouched",
                 "give this run its own file with --snapshot PATH, or start it over with --fresh (its first save "
                 "then replaces the file)");
   Manifest m;
@@ -511,6 +515,17 @@ std::optional<TrainingState> load_sharded_snapshot(const std::string& path, Shar
 std::optional<TrainingState> load_sharded_snapshot(const Options& options, ShardedAdamW& optimizer) {
   if (options.fresh) return std::nullopt;  // the files stay until the first save replaces them
   return load_sharded(options.snapshot_path, optimizer, &options);
+}
+
+std::string sharded_snapshot_writer(const std::string& path) {
+  try {
+    const auto m = read_manifest(path);
+    if (!m) return "";
+    const auto program = m->json.find("program");
+    return program == m->json.end() ? "" : writer_of(*program);
+  } catch (const std::exception&) {
+    return "";
+  }
 }
 
 void load_sharded_model_weights(const std::string& path, torch::nn::Module& model) {

@@ -42,6 +42,10 @@ std::optional<TrainingState> load_sharded_snapshot(const std::string& path, Shar
 // refused on every rank with a message naming both and the fix; nothing is changed then.
 std::optional<TrainingState> load_sharded_snapshot(const Options& options, ShardedAdamW& optimizer);
 
+// "step4_sharded (solution) training synthetic": who wrote the sharded snapshot whose manifest is
+// `path`; "" when it is not a readable manifest or records no writer.
+std::string sharded_snapshot_writer(const std::string& path);
+
 // Only the weights (and buffers), reassembled from all shards into a plain module (evaluation,
 // or training on after ZeRO without it). No process group needed.
 void load_sharded_model_weights(const std::string& path, torch::nn::Module& model);

@@ -5,6 +5,7 @@
 
 #include "ddp/checked_file.h"
 #include "ddp/error.h"
+#include "ddp/sharded_snapshot.h"  // sharded_snapshot_writer: a step 4 manifest where a plain snapshot is expected
 
 #ifdef DDPW_HAVE_CUDA
 #include <ATen/cuda/CUDAGeneratorImpl.h>
@@ -90,6 +91,11 @@ std::optional<torch::serialize::InputArchive> open_archive(const std::string& pa
   try {
     payload = read_checked_file(path, kMagic, kVersion, "snapshot");
   } catch (const CheckedFileError& e) {
+    // A ZeRO program's manifest (step 4) at this path: say whose, not only "wrong magic bytes".
+    const std::string sharded = sharded_snapshot_writer(path);
+    if (!sharded.empty())
+      throw snapshot_error(path, "is a sharded snapshot (ZeRO: a manifest and a shard per rank) written by " + sharded +
+                                     ", not a plain one");
     throw snapshot_error(path, e.what());
   }
   if (!payload) return std::nullopt;
@@ -134,6 +140,19 @@ void save_snapshot(const Options& options, torch::nn::Module& model, torch::opti
   std::ostringstream payload_stream;
   archive.save_to(payload_stream);
   write_checked_file(path, kMagic, kVersion, payload_stream.str(), "--snapshot");
+}
+
+std::string snapshot_writer(const std::string& path) {
+  try {
+    auto archive = open_archive(path, torch::kCPU);
+    if (!archive) return "";
+    ProgramId p;
+    p.name = read_string(*archive, "meta/program", path);
+    p.kind = read_string(*archive, "meta/kind", path);
+    return writer(p, read_string(*archive, "meta/dataset", path));
+  } catch (const Error&) {
+    return "";
+  }
 }
 
 std::optional<TrainingState> load_snapshot(const Options& options, torch::nn::Module& model,

@@ -355,6 +355,9 @@ TEST(ShardedSnapshot, AnotherProgramsSnapshotIsRefusedNamingBoth) {
                                   reads_anonymous.snapshot_path = dir + "/anonymous.json";
                                   ok &= refuses(reads_anonymous, "written by a program that recorded no name");
                                   ok &= torch::equal(before, net->l1->weight);  // refusals changed nothing
+                                  ok &= ddp::sharded_snapshot_writer(solution.snapshot_path) ==
+                                        "step4_sharded (solution) training synthetic";
+                                  ok &= ddp::sharded_snapshot_writer(dir + "/anonymous.json").empty();
                                   auto fresh = run_of(dir, "step4_sharded", "exercise", 4);
                                   fresh.fresh = true;
                                   ok &= !ddp::load_sharded_snapshot(fresh, optimizer).has_value();

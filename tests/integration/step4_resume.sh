@@ -112,9 +112,18 @@ run_logged exercise.log "$BIN/step4_sharded" 1 1 --device cpu --snapshot shared.
 before=$(sha256sum shared.pt)
 rc=0; run_logged solution.log "$STEP4" 2 1 --device cpu --snapshot shared.pt || rc=$?
 [ "$rc" -ne 0 ] || { cat solution.log; fail "the solution resumed the exercise's snapshot"; }
-grep -q "sharded snapshot 'shared.pt' is a plain snapshot, written without ZeRO .*it was left untouched (fix: give this run its own file with --snapshot PATH, or start it over with --fresh" solution.log ||
+grep -q "sharded snapshot 'shared.pt' is a plain snapshot, written without ZeRO by step4_sharded (exercise) training synthetic, not a sharded one; it was left untouched (fix: give this run its own file with --snapshot PATH, or start it over with --fresh" solution.log ||
   { cat solution.log; fail "the solution did not say why it refused the exercise's snapshot"; }
 [ "$(sha256sum shared.pt)" = "$before" ] || fail "the exercise's snapshot was changed"
 echo "ok   the exercise's snapshot: refused by the solution, left as it was"
+# And the other way round: the exercise (plain snapshots) refuses the solution's manifest, naming it.
+run_logged solution-first.log "$STEP4" 1 1 --device cpu --snapshot sharded.pt || { cat solution-first.log; fail "the solution did not run"; }
+before=$(sha256sum sharded.pt*)
+rc=0; run_logged exercise-second.log "$BIN/step4_sharded" 2 1 --device cpu --snapshot sharded.pt || rc=$?
+[ "$rc" -ne 0 ] || { cat exercise-second.log; fail "the exercise resumed the solution's sharded snapshot"; }
+grep -q "snapshot 'sharded.pt' is a sharded snapshot (ZeRO: a manifest and a shard per rank) written by step4_sharded (solution) training synthetic, not a plain one" exercise-second.log ||
+  { cat exercise-second.log; fail "the exercise did not say whose snapshot it refused"; }
+[ "$(sha256sum sharded.pt*)" = "$before" ] || fail "the solution's snapshot was changed"
+echo "ok   the solution's snapshot: refused by the exercise, naming its writer, left as it was"
 cd .. || exit 1
 pass "step 4: exact resume after SIGTERM, resharding 2 -> 3 and 2 -> 1, bad shards and the exercise's snapshot refused"
