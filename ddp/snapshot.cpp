@@ -1,6 +1,7 @@
 #include "ddp/snapshot.h"
 
 #include <cstdio>
+#include <fstream>
 #include <sstream>
 
 #include "ddp/checked_file.h"
@@ -91,8 +92,12 @@ std::optional<torch::serialize::InputArchive> open_archive(const std::string& pa
   try {
     payload = read_checked_file(path, kMagic, kVersion, "snapshot");
   } catch (const CheckedFileError& e) {
-    // A ZeRO program's manifest (step 4) at this path: say whose, not only "wrong magic bytes".
-    const std::string sharded = sharded_snapshot_writer(path);
+    // A ZeRO program's manifest (step 4, JSON) at this path: say whose, not only "wrong magic bytes".
+    // Only for a file that opens like JSON: the manifest reader asks this file's writer in turn.
+    std::ifstream file(path, std::ios::binary);
+    char first = 0;
+    file >> first;  // skips leading white space
+    const std::string sharded = first == '{' ? sharded_snapshot_writer(path) : "";
     if (!sharded.empty())
       throw snapshot_error(path, "is a sharded snapshot (ZeRO: a manifest and a shard per rank) written by " + sharded +
                                      ", not a plain one");
