@@ -84,6 +84,19 @@ void check_writable_file(const std::string& program, const std::string& option, 
   }
 }
 
+// The ranks a DeepSpeed batch size is divided by: what the launcher started (the library's own reading,
+// which check_launch later holds the program to), else the trainer's --gpus x --nodes (it starts them).
+int expected_world_size(const Options& o) {
+  int world = 1;
+  try {
+    world = resolve_launch_env(current_environment(), launch_overrides(o)).world_size;
+  } catch (const Error&) {
+    // an inconsistent environment: check_launch reports it, with the fix, once the program asks
+  }
+  if (world == 1 && o.gpus > 0) world = o.gpus * std::max(1, o.nodes);
+  return world;
+}
+
 // --zero / --strategy and the DeepSpeed config (kZeroOptions, kTrainerOptions): which strategy and
 // ZeRO stage, and what of the config applies to every program alike (the batch size per rank,
 // steps_per_print as the progress interval, reduce_bucket_size). `given_*`: the command line set it.
@@ -145,18 +158,6 @@ std::string unoffered_option_fix(const ProgramId& p, const std::string& error) {
   return "";
 }
 
-// The ranks a DeepSpeed batch size is divided by: what the launcher started (the library's own reading,
-// which check_launch later holds the program to), else the trainer's --gpus x --nodes (it starts them).
-int expected_world_size(const Options& o) {
-  int world = 1;
-  try {
-    world = resolve_launch_env(current_environment(), launch_overrides(o)).world_size;
-  } catch (const Error&) {
-    // an inconsistent environment: check_launch reports it, with the fix, once the program asks
-  }
-  if (world == 1 && o.gpus > 0) world = o.gpus * std::max(1, o.nodes);
-  return world;
-}
 
 }  // namespace
 
