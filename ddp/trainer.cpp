@@ -147,6 +147,9 @@ Trainer::Trainer(const Options& options)
     : options_(options), seen_(resolve_launch_env(current_environment(), launch_overrides(options))) {
   // GPUs are counted only when they decide how many workers to start (it initialises CUDA).
   const bool counts = seen_.world_size == 1 && options.gpus > 1 && options.device != "cpu";
+  // Its errors come before check_launch names the rank: in a merged log of several ranks, say who.
+  if (seen_.world_size > 1)
+    set_error_prefix("[rank " + std::to_string(seen_.global_rank) + " @ " + host_name() + "]");
   plan_ = plan_trainer_launch(options, seen_, counts ? visible_gpus() : 0);
 }
 
