@@ -1,5 +1,6 @@
 #include "ddp/trainer.h"
 
+#include <fstream>
 #include <memory>
 #include <optional>
 
@@ -34,7 +35,19 @@ class Strategy {
   virtual void save(const TrainingState& state) = 0;  // all ranks call it
 };
 
-// single (steps 0) and ddp (steps 1-3): every rank holds the whole model and the workload's
+// A ZeRO run's manifest (JSON) where single or ddp expects a plain snapshot: name the strategies that
+// wrote it (the plain reader could only say its magic bytes are wrong). Every rank reads the same file.
+void refuse_sharded_snapshot(const Options& o) {
+  std::ifstream in(o.snapshot_path);
+  char first = 0;
+  if (o.fresh || !(in >> first) || first != '{') return;
+  throw Error("snapshot '" + o.snapshot_path + "' is a sharded one, written by --strategy zero1 or zero2, but this run's "
+                  "strategy is " + o.strategy + "; it was left untouched",
+              "resume with the strategy that wrote it, give this run its own file with --snapshot PATH, or start "
+              "over with --fresh");
+}
+
+// single (step 0) and ddp (steps 1-3): every rank holds the whole model and the workload's
 // optimizer, with its rate per epoch; only global rank 0 writes the (plain) snapshot.
 class Replicated final : public Strategy {
  public:
@@ -54,6 +67,7 @@ class Replicated final : public Strategy {
     return loss;
   }
   std::optional<TrainingState> load() override {
+    refuse_sharded_snapshot(options_);
     return load_snapshot(options_, *model_, *optimizer_, launch_.world_size);
   }
   void save(const TrainingState& state) override {

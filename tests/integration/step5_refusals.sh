@@ -33,6 +33,19 @@ for log in "$WORK"/log.*; do
 done
 [ -z "$(ls snapshot-*.pt 2>/dev/null)" ] || fail "a refused run wrote a snapshot"
 
+# A snapshot of the other kind: zero2's sharded one where ddp expects a plain one, and the reverse.
+mkdir kinds && cd kinds
+run_logged zero2.log "$STEP5" --epochs 1 --gpus 2 --strategy zero2 --master-port "$(free_port)" || { cat zero2.log; fail "zero2 run failed"; }
+expect_error "ddp resuming zero2's sharded snapshot" 60 1 \
+  "error: snapshot 'snapshot-step5-solution.pt' is a sharded one, written by --strategy zero1 or zero2, but this run's strategy is ddp.*\\(fix: resume with the strategy that wrote it" \
+  "$STEP5" --epochs 2 --gpus 2 --strategy ddp --master-port "$(free_port)"
+rm -f snapshot-step5-solution.pt*
+run_logged single.log "$STEP5" --epochs 1 --strategy single || { cat single.log; fail "single run failed"; }
+expect_error "zero2 resuming single's plain snapshot" 60 1 \
+  "sharded snapshot 'snapshot-step5-solution.pt' is a plain snapshot" \
+  "$STEP5" --epochs 2 --gpus 2 --strategy zero2 --master-port "$(free_port)"
+cd ..
+
 # The exercise as shipped: it compiles and runs, and stops at the first TODO(step5) that matters.
 expect_error "the exercise without Lightning's options" 30 1 \
   'error: step5_trainer \(exercise\) calls the trainer, but its options carry no strategy \(fix: complete TODO\(step5\) in step5_trainer/main.cpp: offer Lightning.s options \(ddp::kTrainerOptions\)\)' \
