@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Step 5: the trainer's strategies give the hand-written steps' results. With the same model, seed,
 # epochs and batch: --strategy single == step 0; --strategy ddp under torchrun (2 ranks) == step 2's
-# solution under torchrun; zero1 and zero2 under torchrun train (the loss falls) and their ranks end
-# with equal weights, each rank writing its shard of a sharded snapshot.
+# solution under torchrun; --strategy zero1 and zero2 under torchrun == step 4's solution with --zero 1
+# and 2 (the loss falls, both ranks end with equal weights, each rank writes its shard).
 source "$(dirname "$0")/lib.sh"
 command -v torchrun >/dev/null || fail "torchrun not found (scripts/setup.sh installs it)"
 STEP5=$BIN/solutions/step5_trainer
@@ -40,10 +40,14 @@ for strategy in zero1 zero2; do
   [ "$(grep -c 'final weights checksum' step5.log)" -eq 2 ] || fail "$strategy: expected 2 checksum lines"
   sums=$(checksums step5.log)
   [ "$(echo "$sums" | wc -l)" -eq 1 ] || fail "$strategy: the ranks ended with different weights: $sums"
+  mkdir step4 && (cd step4 && run_logged ../step4.log "${torchrun2[@]}" "$BIN/solutions/step4_sharded" 3 1 \
+    --zero "${strategy#zero}" "${args[@]}") || { cat step4.log; fail "step 4 --zero ${strategy#zero} failed"; }
+  step4=$(checksums step4.log)
+  [ -n "$step4" ] && [ "$step4" = "$sums" ] || fail "--strategy $strategy: checksum $sums, step 4 --zero ${strategy#zero}: $step4"
   # A sharded snapshot: the manifest and one shard per rank.
   grep -q '"shards"' snapshot-step5-solution.pt || fail "$strategy: the snapshot is not a sharded manifest"
   [ "$(find . -maxdepth 1 -name 'snapshot-step5-solution.pt.g*.rank*-of-2' | wc -l)" -eq 2 ] || { ls -la; fail "$strategy: expected 2 shards"; }
-  echo "ok   --strategy $strategy under torchrun: loss $a -> $b, both ranks $sums, 2 shards"
+  echo "ok   --strategy $strategy under torchrun == step 4 --zero ${strategy#zero}: loss $a -> $b, both ranks $sums, 2 shards"
   cd ..
 done
-pass "step 5's strategies: single == step 0, ddp == step 2, zero1/zero2 train and agree"
+pass "step 5's strategies: single == step 0, ddp == step 2, zero1/zero2 == step 4"
