@@ -31,7 +31,7 @@ class Strategy {
   virtual Model& plain_model() = 0;  // what evaluation, the checksum and --export-weights see
   virtual void begin_epoch(int64_t epoch) = 0;
   virtual torch::Tensor train_step(const Batch& batch) = 0;
-  virtual std::optional<TrainingState> load() = 0;  // all ranks call it
+  virtual std::optional<TrainingState> load() = 0;    // all ranks call it
   virtual void save(const TrainingState& state) = 0;  // all ranks call it
 };
 
@@ -41,8 +41,9 @@ void refuse_sharded_snapshot(const Options& o) {
   std::ifstream in(o.snapshot_path);
   char first = 0;
   if (o.fresh || !(in >> first) || first != '{') return;
-  throw Error("snapshot '" + o.snapshot_path + "' is a sharded one, written by --strategy zero1 or zero2, but this run's "
-                  "strategy is " + o.strategy + "; it was left untouched",
+  const std::string written = "a sharded one, written by --strategy zero1 or zero2";
+  throw Error("snapshot '" + o.snapshot_path + "' is " + written + ", but this run's strategy is " + o.strategy +
+                  "; it was left untouched",
               "resume with the strategy that wrote it, give this run its own file with --snapshot PATH, or start "
               "over with --fresh");
 }
@@ -88,7 +89,10 @@ class Replicated final : public Strategy {
 class Sharded final : public Strategy {
  public:
   Sharded(const Options& o, Workload& w, torch::Device device, const std::shared_ptr<ProcessGroup>& pg)
-      : options_(o), workload_(w), model_(w.make_model(device), pg, zero_options(o)), optimizer_(model_, adam_options(o)) {}
+      : options_(o),
+        workload_(w),
+        model_(w.make_model(device), pg, zero_options(o)),
+        optimizer_(model_, adam_options(o)) {}
   Model& plain_model() override { return *model_.module(); }
   void begin_epoch(int64_t) override {}  // the rate changes every step
   torch::Tensor train_step(const Batch& batch) override {
@@ -162,8 +166,7 @@ Trainer::Trainer(const Options& options)
   // GPUs are counted only when they decide how many workers to start (it initialises CUDA).
   const bool counts = seen_.world_size == 1 && options.gpus > 1 && options.device != "cpu";
   // Its errors come before check_launch names the rank: in a merged log of several ranks, say who.
-  if (seen_.world_size > 1)
-    set_error_prefix("[rank " + std::to_string(seen_.global_rank) + " @ " + host_name() + "]");
+  if (seen_.world_size > 1) set_error_prefix("[rank " + std::to_string(seen_.global_rank) + " @ " + host_name() + "]");
   plan_ = plan_trainer_launch(options, seen_, counts ? visible_gpus() : 0);
 }
 

@@ -26,8 +26,9 @@ using WorkloadFactory = std::function<Workload(const Options& options)>;
 
 class Trainer {
  public:
-  // Reads the launcher (resolve_launch_env) and checks the strategy, --gpus and --nodes against it
-  // (plan_trainer_launch): a bad combination is a ddp::Error naming the fix, before any rank waits.
+  // Keeps a copy of the options. Reads the launcher (resolve_launch_env) and checks the strategy,
+  // --gpus and --nodes against it (plan_trainer_launch): a bad combination is a ddp::Error naming
+  // the fix, before any rank waits.
   explicit Trainer(const Options& options);
 
   // Trains; returns the exit code: kExitOk when all epochs ran, kExitRequeue when a stop signal
@@ -41,8 +42,8 @@ class Trainer {
  private:
   int train_rank(const LaunchValues& me, const WorkloadFactory& make_workload);
 
-  const Options& options_;
-  LaunchEnv seen_;  // the launcher's own description of this process
+  const Options options_;  // a copy: the reporter and the snapshots refer to it while fit() runs
+  LaunchEnv seen_;         // the launcher's own description of this process
   TrainerLaunch plan_;
 };
 

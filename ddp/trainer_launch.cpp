@@ -24,10 +24,11 @@ std::string nodes_fix(const std::string& launcher, int nodes) {
 TrainerLaunch plan_trainer_launch(const Options& o, const LaunchEnv& seen, int visible_gpus) {
   const ProgramId& p = o.program;
   if (o.strategy.empty())
-    throw Error(p.label() + " calls the trainer, but its options carry no strategy",
-                p.kind == "exercise" && p.step == 5
-                    ? "complete TODO(step5) in " + p.name + "/main.cpp: offer Lightning's options (ddp::kTrainerOptions)"
-                    : "parse the command line with ddp::kTrainingOptions | ddp::kTrainerOptions");
+    throw Error(
+        p.label() + " calls the trainer, but its options carry no strategy",
+        p.kind == "exercise" && p.step == 5
+            ? "complete TODO(step5) in " + p.name + "/main.cpp: offer Lightning's options (ddp::kTrainerOptions)"
+            : "parse the command line with ddp::kTrainingOptions | ddp::kTrainerOptions");
   const bool zero = o.strategy == "zero1" || o.strategy == "zero2";
   DDP_CHECK(o.strategy == "single" || o.strategy == "ddp" || zero, "unknown strategy '" + o.strategy + "'",
             "use --strategy single, ddp, zero1 or zero2");
@@ -48,9 +49,9 @@ TrainerLaunch plan_trainer_launch(const Options& o, const LaunchEnv& seen, int v
                       " per node: " + per_node_fix(l, o.gpus));
     const int nodes = seen.world_size / seen.local_world_size;
     if (o.nodes > 0 && (o.nodes != nodes || seen.world_size % seen.local_world_size != 0))
-      throw Error("--nodes " + std::to_string(o.nodes) + ", but " + started + " (" + std::to_string(nodes) +
-                      " node(s))",
-                  "leave out --nodes, or start " + std::to_string(o.nodes) + " nodes: " + nodes_fix(l, o.nodes));
+      throw Error(
+          "--nodes " + std::to_string(o.nodes) + ", but " + started + " (" + std::to_string(nodes) + " node(s))",
+          "leave out --nodes, or start " + std::to_string(o.nodes) + " nodes: " + nodes_fix(l, o.nodes));
     return {};
   }
   // One process (no launcher, or one srun task): Lightning's devices=N starts the workers here.
@@ -64,9 +65,9 @@ TrainerLaunch plan_trainer_launch(const Options& o, const LaunchEnv& seen, int v
                     std::to_string(o.gpus),
                 "use --strategy ddp, zero1 or zero2 (or auto), or leave out --gpus");
   if (o.device != "cpu" && visible_gpus > 0 && o.gpus > visible_gpus)
-    throw Error("--gpus " + std::to_string(o.gpus) + ", but this process sees " + std::to_string(visible_gpus) +
-                    " GPU(s)",
-                "give --gpus " + std::to_string(visible_gpus) + " or fewer, or --device cpu to train on the CPU");
+    throw Error(
+        "--gpus " + std::to_string(o.gpus) + ", but this process sees " + std::to_string(visible_gpus) + " GPU(s)",
+        "give --gpus " + std::to_string(visible_gpus) + " or fewer, or --device cpu to train on the CPU");
   return {o.gpus};
 }
 

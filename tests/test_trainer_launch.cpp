@@ -71,15 +71,19 @@ TEST(TrainerLaunch, GpusOtherThanLaunchedNamesTheLaunchersFix) {
 }
 
 TEST(TrainerLaunch, NodesOtherThanLaunchedOrWithoutALauncher) {
-  EXPECT_NE(refusal(trainer_options("ddp", 0, 3), launched("slurm", 4, 2)).find("#SBATCH --nodes=3"), std::string::npos);
-  EXPECT_NE(refusal(trainer_options("ddp", 0, 2), launched("none", 1, 1)).find("no launcher started processes on other"),
+  EXPECT_NE(refusal(trainer_options("ddp", 0, 3), launched("slurm", 4, 2)).find("#SBATCH --nodes=3"),
             std::string::npos);
+  EXPECT_NE(
+      refusal(trainer_options("ddp", 0, 2), launched("none", 1, 1)).find("no launcher started processes on other"),
+      std::string::npos);
 }
 
 TEST(TrainerLaunch, SingleIsOneProcess) {
-  EXPECT_NE(refusal(trainer_options("single"), launched("torchrun", 2, 2)).find("--strategy single trains in one process"),
+  EXPECT_NE(
+      refusal(trainer_options("single"), launched("torchrun", 2, 2)).find("--strategy single trains in one process"),
+      std::string::npos);
+  EXPECT_NE(refusal(trainer_options("single", 2), launched("none", 1, 1)).find("use --strategy ddp"),
             std::string::npos);
-  EXPECT_NE(refusal(trainer_options("single", 2), launched("none", 1, 1)).find("use --strategy ddp"), std::string::npos);
 }
 
 TEST(TrainerLaunch, MoreWorkersThanGpus) {
@@ -94,7 +98,8 @@ TEST(TrainerLaunch, MoreWorkersThanGpus) {
 TEST(TrainerLaunch, NoStrategyNamesTheExercisesTodo) {
   ddp::Options o = trainer_options("");
   o.program = {"step5_trainer", "exercise", "", 5};
-  EXPECT_NE(refusal(o, launched("none", 1, 1)).find("complete TODO(step5) in step5_trainer/main.cpp"), std::string::npos);
+  EXPECT_NE(refusal(o, launched("none", 1, 1)).find("complete TODO(step5) in step5_trainer/main.cpp"),
+            std::string::npos);
   o.program = {"my_program", "program", "", -1};
   EXPECT_NE(refusal(o, launched("none", 1, 1)).find("ddp::kTrainerOptions"), std::string::npos);
 }
