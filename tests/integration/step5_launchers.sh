@@ -12,19 +12,19 @@ final_checksum() { grep -m1 'final weights checksum' "$1" | awk '{print $NF}'; }
 root=()
 [ "$(id -u)" -eq 0 ] && root=(--allow-run-as-root)
 
-mkdir spawn && (cd spawn && run_logged out.log "$STEP5" --gpus 2 "${args[@]}") || { cat spawn/out.log; fail "--gpus 2 failed"; }
+mkdir spawn; (cd spawn && run_logged out.log "$STEP5" --gpus 2 "${args[@]}") || { cat spawn/out.log; fail "--gpus 2 failed"; }
 grep -qE '^launcher +\| options' spawn/out.log || { cat spawn/out.log; fail "--gpus 2: the workers were not started by the trainer"; }
 grep -qE '^world size +\| 2' spawn/out.log || fail "--gpus 2: world size is not 2"
 grep -qE '^strategy +\| ddp' spawn/out.log || fail "--gpus 2: --strategy auto did not choose ddp"
 (cd spawn && check_training_log out.log 2 "[CPU0]")
 spawned=$(final_checksum spawn/out.log)
 
-mkdir mpi && (cd mpi && MASTER_PORT=$(free_port) run_logged out.log mpirun "${root[@]}" --oversubscribe -np 2 "$STEP5" "${args[@]}") \
+mkdir mpi; (cd mpi && MASTER_PORT=$(free_port) run_logged out.log mpirun "${root[@]}" --oversubscribe -np 2 "$STEP5" "${args[@]}") \
   || { cat mpi/out.log; fail "mpirun failed"; }
 grep -qE '^launcher +\| openmpi' mpi/out.log || { cat mpi/out.log; fail "the trainer did not see mpirun"; }
 (cd mpi && check_training_log out.log 2 "[CPU0]")
 
-mkdir torchrun && (cd torchrun && run_logged out.log torchrun --standalone --nproc_per_node=2 --no-python "$STEP5" --gpus 2 "${args[@]}") \
+mkdir torchrun; (cd torchrun && run_logged out.log torchrun --standalone --nproc_per_node=2 --no-python "$STEP5" --gpus 2 "${args[@]}") \
   || { cat torchrun/out.log; fail "torchrun failed"; }
 (cd torchrun && check_training_log out.log 2 "[CPU0]")
 

@@ -34,7 +34,7 @@ done
 [ -z "$(ls snapshot-*.pt 2>/dev/null)" ] || fail "a refused run wrote a snapshot"
 
 # A snapshot of the other kind: zero2's sharded one where ddp expects a plain one, and the reverse.
-mkdir kinds && cd kinds
+mkdir kinds && cd kinds || fail "cannot enter kinds"
 run_logged zero2.log "$STEP5" --epochs 1 --gpus 2 --strategy zero2 --master-port "$(free_port)" || { cat zero2.log; fail "zero2 run failed"; }
 expect_error "ddp resuming zero2's sharded snapshot" 60 1 \
   "error: snapshot 'snapshot-step5-solution.pt' is a sharded one, written by --strategy zero1 or zero2, but this run's strategy is ddp.*\\(fix: resume with the strategy that wrote it" \

@@ -13,7 +13,7 @@ args=(--epochs 8 --batch-size 8 --threads 1 --rendezvous-timeout 30 --collective
 # torchrun rank. Uninterrupted run, then a run stopped by SIGNAL after 2 epochs, then the resume.
 stop_resume() {
   local name=$1 sig=$2 target=$3; shift 3
-  mkdir "$name" && cd "$name"
+  mkdir "$name" && cd "$name" || fail "cannot enter $name"
   mkdir ref && (cd ref && run_logged out.log "$@") || { cat ref/out.log; fail "$name: uninterrupted run failed"; }
   local expected; expected=$(final_checksum ref/out.log)
   [ -n "$expected" ] || fail "$name: no checksum in the uninterrupted run"

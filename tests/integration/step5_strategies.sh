@@ -10,7 +10,7 @@ args=(--seed 7 --batch-size 16 --threads 1)
 checksums() { grep -E 'final weights checksum' "$1" | awk '{print $NF}' | sort -u; }
 torchrun2=(torchrun --standalone --nproc_per_node=2 --no-python)
 
-mkdir single && cd single
+mkdir single && cd single || fail "cannot enter single"
 run_logged step0.log "$BIN/step0_single_gpu" 3 1 "${args[@]}" || { cat step0.log; fail "step 0 failed"; }
 run_logged step5.log "$STEP5" --epochs 3 --strategy single "${args[@]}" || { cat step5.log; fail "trainer single failed"; }
 grep -qE '^strategy +\| single' step5.log || { cat step5.log; fail "no 'strategy | single' row"; }
@@ -19,7 +19,7 @@ a=$(checksums step0.log); b=$(checksums step5.log)
 echo "ok   --strategy single == step 0: $b"
 cd ..
 
-mkdir ddp && cd ddp
+mkdir ddp && cd ddp || fail "cannot enter ddp"
 mkdir step2 && (cd step2 && run_logged ../step2.log "${torchrun2[@]}" "$BIN/solutions/step2_env_launch" 3 1 "${args[@]}") \
   || { cat step2.log; fail "step 2 failed"; }
 run_logged step5.log "${torchrun2[@]}" "$STEP5" --epochs 3 --strategy ddp "${args[@]}" || { cat step5.log; fail "trainer ddp failed"; }
@@ -31,7 +31,7 @@ echo "ok   --strategy ddp under torchrun == step 2 under torchrun: $b"
 cd ..
 
 for strategy in zero1 zero2; do
-  mkdir "$strategy" && cd "$strategy"
+  mkdir "$strategy" && cd "$strategy" || fail "cannot enter $strategy"
   run_logged step5.log "${torchrun2[@]}" "$STEP5" --epochs 3 --strategy "$strategy" "${args[@]}" \
     || { cat step5.log; fail "trainer $strategy failed"; }
   grep -qE "^ZeRO stage +\| ${strategy#zero}: " step5.log || { cat step5.log; fail "$strategy: no ZeRO stage row"; }
