@@ -53,4 +53,7 @@ expect_error "the exercise without Lightning's options" 30 1 \
 expect_error "the exercise given --strategy" 30 2 \
   'fix: complete TODO\(step5\) in step5_trainer/main.cpp: offer Lightning.s options \(ddp::kTrainerOptions\)' \
   "$BIN/step5_trainer" 1 1 --strategy ddp
+expect_error "the exercise given --epochs (Lightning's form)" 30 2 \
+  'error: save_every is required \(fix: complete TODO\(step5\) in step5_trainer/main.cpp: offer Lightning.s options' \
+  "$BIN/step5_trainer" --epochs 1
 pass "step 5 refuses bad combinations at once, naming the fix; its exercise names its TODO(step5)"
