@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Step 5: one program under every way of starting it, same result. Lightning's `--gpus 2` alone (no
+# Step 5: one program under every way of starting it, same result. Lightning's `--devices 2` (= --gpus) alone (no
 # launcher, CPU) starts 2 workers itself, as step 1 does; under mpirun (OpenMPI's variables) and
 # under torchrun the trainer reads the ranks with the library's resolver. All three end with the
 # same weights (same seed, 2 ranks, --strategy auto = ddp with 2 ranks).
@@ -12,7 +12,7 @@ final_checksum() { grep -m1 'final weights checksum' "$1" | awk '{print $NF}'; }
 root=()
 [ "$(id -u)" -eq 0 ] && root=(--allow-run-as-root)
 
-mkdir spawn; (cd spawn && run_logged out.log "$STEP5" --gpus 2 "${args[@]}") || { cat spawn/out.log; fail "--gpus 2 failed"; }
+mkdir spawn; (cd spawn && run_logged out.log "$STEP5" --devices 2 "${args[@]}") || { cat spawn/out.log; fail "--devices 2 failed"; }
 grep -qE '^launcher +\| options' spawn/out.log || { cat spawn/out.log; fail "--gpus 2: the workers were not started by the trainer"; }
 grep -qE '^world size +\| 2' spawn/out.log || fail "--gpus 2: world size is not 2"
 grep -qE '^strategy +\| ddp' spawn/out.log || fail "--gpus 2: --strategy auto did not choose ddp"
@@ -32,4 +32,4 @@ for launcher in mpi torchrun; do
   got=$(final_checksum $launcher/out.log)
   [ "$got" = "$spawned" ] || fail "$launcher: checksum $got, --gpus 2 without a launcher: $spawned"
 done
-pass "step 5: --gpus 2 alone starts 2 workers; mpirun and torchrun end with the same weights ($spawned)"
+pass "step 5: --devices 2 alone starts 2 workers; mpirun and torchrun end with the same weights ($spawned)"
