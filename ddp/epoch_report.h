@@ -60,6 +60,11 @@ class EpochReporter {
   void print(fmt::format_string<Args...> format, Args&&... args) const {
     fmt::print("{} {}\n", tag_, fmt::format(format, std::forward<Args>(args)...));
   }
+  // The same, printed by global rank 0 only: what the ranks did together (e.g. a sharded snapshot).
+  template <typename... Args>
+  void announce(fmt::format_string<Args...> format, Args&&... args) const {
+    if (launch_.global_rank == 0) print(format, std::forward<Args>(args)...);
+  }
 
   // Prints "<tag> Epoch N | Batchsize: B | Steps: S" and starts timing. `first_step`: where a
   // resumed epoch continues.

@@ -6,6 +6,7 @@
 #include <functional>
 #include <string>
 
+#include "ddp/deepspeed_config.h"
 #include "ddp/launch_env.h"
 #include "ddp/program.h"
 
@@ -51,6 +52,19 @@ struct Options {
   double rendezvous_timeout_s = 300;
   double collective_timeout_s = 600;
 
+  // ZeRO (kZeroOptions: step 4; the trainer's zero1/zero2 strategies). parse_options reads the DeepSpeed
+  // config and applies its batch size, steps_per_print and bucket size; the optimizer, the warm-up and
+  // the clipping are read where they are used (zero_settings.h).
+  int zero_stage = 0;                 // 1 or 2 when ZeRO trains (--zero, --strategy, ds_config's stage); 0: no ZeRO
+  std::string deepspeed_config_path;  // --deepspeed-config (empty: none)
+  DeepSpeedConfig deepspeed;          // that file's settings; without one DeepSpeed's defaults (no optimizer section)
+
+  // The trainer (kTrainerOptions, step 5): PyTorch Lightning's Trainer(gpus, num_nodes, strategy).
+  std::string strategy;             // single | ddp | zero1 | zero2 (kTrainerOptions; zero<N> with kZeroOptions);
+                                    // empty: the program's own (steps 0-3)
+  int gpus = 0;                     // processes per node (--gpus, --devices); 0: as the launcher started them
+  int nodes = 0;                    // --nodes; 0: as the launcher started them
+
   ProgramId program;            // which program parsed these (its snapshots record it)
 };
 
@@ -61,6 +75,10 @@ enum OptionGroups : unsigned {
   kSpawnOptions = 1u << 2,        // --nproc; the workers meet on this node (no --master-addr,
                                   // no --init-method; --master-port defaults to a free port that
                                   // the parent holds for rank 0: see spawn_master_port)
+  kZeroOptions = 1u << 3,         // --zero 1|2, --deepspeed-config FILE (step 4)
+  kTrainerOptions = 1u << 4,      // step 5: --strategy, Lightning's --gpus/--devices, --nodes, --epochs,
+                                  // --deepspeed-config; implies kDistributedOptions; the positional
+                                  // epochs/save_every become optional (--epochs; a snapshot every epoch)
 };
 
 // Parses argv into Options. --help prints and exits 0; a bad value prints one line naming the

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
@@ -11,6 +12,7 @@
 #include "ddp/process_group.h"
 #include "ddp/threads.h"
 #include "ddp/workload.h"
+#include "ddp/zero_settings.h"
 
 namespace ddp {
 namespace {
@@ -102,9 +104,25 @@ void print_settings(const Options& o, const LaunchEnv& launch, const torch::Devi
   };
   // The weights bridge to Python (weights_io.h): rows only when used.
   using Row = std::vector<std::string>;
+  // ZeRO (step 4, the trainer's zero1/zero2) trains with Adam, its rate set every step.
+  const auto at = [&](const std::string& key) {
+    return std::find_if(rows.begin(), rows.end(), [&](const Row& r) { return r[0] == key; });
+  };
+  if (!o.strategy.empty()) rows.insert(at("dataset"), Row{"strategy", o.strategy});
+  if (o.zero_stage > 0) {
+    const std::string ranks = std::to_string(launch.world_size) + " rank(s)";
+    *at("learning rate") = Row{"optimizer", describe_adam(o)};
+    *at("StepLR gamma") = Row{"learning rate", describe_schedule(o)};
+    const double clip = o.deepspeed.gradient_clipping;
+    rows.insert(at("seed"), {Row{"ZeRO stage", o.zero_stage == 1 ? "1: optimizer state sharded over " + ranks
+                                                                  : "2: optimizer state and gradients sharded over " + ranks},
+                             Row{"gradient clipping", clip > 0 ? "global norm " + number(clip) : "(none)"},
+                             Row{"DeepSpeed config", o.deepspeed_config_path.empty() ? "(none)" : o.deepspeed_config_path}});
+  }
   if (!o.init_weights_path.empty()) rows.insert(rows.end() - 1, Row{"initial weights", o.init_weights_path});
   if (!o.export_weights_path.empty()) rows.insert(rows.end() - 1, Row{"export weights to", o.export_weights_path});
   print_table(rows);
+  for (const auto& ignored : o.deepspeed.ignored) std::printf("note: %s: %s\n", o.deepspeed.origin.c_str(), ignored.c_str());
   if (!launch.warning.empty()) std::printf("warning: %s\n", launch.warning.c_str());
   std::fflush(stdout);
 }

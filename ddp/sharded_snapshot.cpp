@@ -24,7 +24,9 @@ using Json = nlohmann::ordered_json;
 constexpr std::string_view kShardMagic = "DDPWSHRD";
 constexpr uint32_t kShardVersion = 1;
 constexpr const char* kFormat = "ddp-workshop sharded snapshot";
-constexpr int64_t kManifestVersion = 1;
+// Version 2 added who wrote the snapshot ("program": name, kind, step, dataset), as the plain
+// snapshot's format version 2 did; version 1 manifests (no writer) are refused by number.
+constexpr int64_t kManifestVersion = 2;
 
 Error sharded_error(const std::string& path, const std::string& why) {
   return Error("sharded snapshot '" + path + "' " + why + "; it was left untouched",
@@ -91,7 +93,14 @@ std::optional<Manifest> read_manifest(const std::string& path) {
   text << in.rdbuf();
   const std::string s = text.str();
   if (s.rfind("DDPWSNAP", 0) == 0)
-    throw sharded_error(path, "is a plain snapshot (written without ZeRO), not a sharded one");
+    throw Error("sharded snapshot '" + path + "' is a plain snapshot, written without ZeRO by " +
+                    [&] {
+                      const std::string w = snapshot_writer(path);
+                      return w.empty() ? std::string("a DDP program") : w;
+                    }() +
+                    ", not a sharded one; it was left untouched",
+                "give this run its own file with --snapshot PATH, or start it over with --fresh (its first save "
+                "then replaces the file)");
   Manifest m;
   try {
     m.json = Json::parse(s);
@@ -291,9 +300,34 @@ std::optional<Error> attempt(F&& f) {
   return std::nullopt;
 }
 
-}  // namespace
+// Who wrote a snapshot: the manifest's "program" entry (absent when written through the path API).
+// The dataset stands for the model (same shapes for MNIST and Fashion-MNIST: only it tells them apart).
+Json identity_of(const Options& o) {
+  return {{"name", o.program.name}, {"kind", o.program.kind}, {"step", o.program.step}, {"dataset", o.dataset}};
+}
 
-void save_sharded_snapshot(const std::string& path, ShardedAdamW& optimizer, const TrainingState& state) {
+// "step4_sharded (solution) training synthetic", as a plain snapshot names its writer.
+std::string writer_of(const Json& id) {
+  ProgramId p;
+  p.name = id.value("name", std::string());
+  p.kind = id.value("kind", std::string());
+  return p.label() + " training " + id.value("dataset", std::string("?"));
+}
+
+// Another program's snapshot would load (same model) and resume the wrong run: refused, naming both.
+void check_writer(const std::string& path, const Manifest& m, const Options& o) {
+  const Json mine = identity_of(o);
+  const auto theirs = m.json.find("program");
+  if (theirs != m.json.end() && *theirs == mine) return;
+  throw Error("sharded snapshot '" + path + "' was written by " +
+                  (theirs == m.json.end() ? std::string("a program that recorded no name (a test or a benchmark)")
+                                          : writer_of(*theirs)) +
+                  ", not by this run, " + writer_of(mine) + "; it was left untouched",
+              "give this run its own file with --snapshot PATH, or start it over with --fresh (its first save "
+              "then replaces the file)");
+}
+
+void save_sharded(const std::string& path, ShardedAdamW& optimizer, const TrainingState& state, const Json* identity) {
   ZeroReducer& r = optimizer.reducer();
   ProcessGroup& pg = r.process_group();
   const int rank = pg.rank(), world = pg.size();
@@ -344,6 +378,7 @@ void save_sharded_snapshot(const std::string& path, ShardedAdamW& optimizer, con
       Json manifest;
       manifest["format"] = kFormat;
       manifest["version"] = kManifestVersion;
+      if (identity) manifest["program"] = *identity;
       manifest["generation"] = gen;
       manifest["world_size"] = world;
       manifest["zero_stage"] = r.stage();
@@ -378,7 +413,7 @@ void save_sharded_snapshot(const std::string& path, ShardedAdamW& optimizer, con
   agree(pg, commit);
 }
 
-std::optional<TrainingState> load_sharded_snapshot(const std::string& path, ShardedAdamW& optimizer) {
+std::optional<TrainingState> load_sharded(const std::string& path, ShardedAdamW& optimizer, const Options* options) {
   ZeroReducer& r = optimizer.reducer();
   ProcessGroup& pg = r.process_group();
   const int rank = pg.rank(), world = pg.size();
@@ -388,6 +423,7 @@ std::optional<TrainingState> load_sharded_snapshot(const std::string& path, Shar
   std::optional<Manifest> m;
   auto problem = attempt([&] {
     m = read_manifest(path);
+    if (m && options) check_writer(path, *m, *options);
     if (m) check_model(path, *m, r.parameter_names(), r.parameters(), r.module());
   });
   const auto seen = pg.all_gather_strings(problem ? "error" : m ? "generation " + std::to_string(m->generation) : "none");
@@ -459,6 +495,37 @@ std::optional<TrainingState> load_sharded_snapshot(const std::string& path, Shar
     state.step_in_epoch = 0;
   }
   return state;
+}
+
+}  // namespace
+
+void save_sharded_snapshot(const std::string& path, ShardedAdamW& optimizer, const TrainingState& state) {
+  save_sharded(path, optimizer, state, nullptr);
+}
+
+void save_sharded_snapshot(const Options& options, ShardedAdamW& optimizer, const TrainingState& state) {
+  const Json identity = identity_of(options);
+  save_sharded(options.snapshot_path, optimizer, state, &identity);
+}
+
+std::optional<TrainingState> load_sharded_snapshot(const std::string& path, ShardedAdamW& optimizer) {
+  return load_sharded(path, optimizer, nullptr);
+}
+
+std::optional<TrainingState> load_sharded_snapshot(const Options& options, ShardedAdamW& optimizer) {
+  if (options.fresh) return std::nullopt;  // the files stay until the first save replaces them
+  return load_sharded(options.snapshot_path, optimizer, &options);
+}
+
+std::string sharded_snapshot_writer(const std::string& path) {
+  try {
+    const auto m = read_manifest(path);
+    if (!m) return "";
+    const auto program = m->json.find("program");
+    return program == m->json.end() ? "" : writer_of(*program);
+  } catch (const std::exception&) {
+    return "";
+  }
 }
 
 void load_sharded_model_weights(const std::string& path, torch::nn::Module& model) {

@@ -1,10 +1,12 @@
 #include "ddp/snapshot.h"
 
 #include <cstdio>
+#include <fstream>
 #include <sstream>
 
 #include "ddp/checked_file.h"
 #include "ddp/error.h"
+#include "ddp/sharded_snapshot.h"  // sharded_snapshot_writer: a step 4 manifest where a plain snapshot is expected
 
 #ifdef DDPW_HAVE_CUDA
 #include <ATen/cuda/CUDAGeneratorImpl.h>
@@ -92,6 +94,15 @@ std::optional<torch::serialize::InputArchive> open_archive(const std::string& pa
   try {
     payload = read_checked_file(path, kMagic, kVersion, "snapshot");
   } catch (const CheckedFileError& e) {
+    // A ZeRO program's manifest (step 4, JSON) at this path: say whose, not only "wrong magic bytes".
+    // Only for a file that opens like JSON: the manifest reader asks this file's writer in turn.
+    std::ifstream file(path, std::ios::binary);
+    char first = 0;
+    file >> first;  // skips leading white space
+    const std::string sharded = first == '{' ? sharded_snapshot_writer(path) : "";
+    if (!sharded.empty())
+      throw snapshot_error(path, "is a sharded snapshot (ZeRO: a manifest and a shard per rank) written by " + sharded +
+                                     ", not a plain one");
     throw snapshot_error(path, e.what());
   }
   if (!payload) return std::nullopt;
@@ -136,6 +147,19 @@ void save_snapshot(const Options& options, torch::nn::Module& model, torch::opti
   std::ostringstream payload_stream;
   archive.save_to(payload_stream);
   write_checked_file(path, kMagic, kVersion, payload_stream.str(), "--snapshot");
+}
+
+std::string snapshot_writer(const std::string& path) {
+  try {
+    auto archive = open_archive(path, torch::kCPU);
+    if (!archive) return "";
+    ProgramId p;
+    p.name = read_string(*archive, "meta/program", path);
+    p.kind = read_string(*archive, "meta/kind", path);
+    return writer(p, read_string(*archive, "meta/dataset", path));
+  } catch (const Error&) {
+    return "";
+  }
 }
 
 std::optional<TrainingState> load_snapshot(const Options& options, torch::nn::Module& model,

@@ -35,6 +35,10 @@ void save_snapshot(const Options& options, torch::nn::Module& model, torch::opti
 std::optional<TrainingState> load_snapshot(const Options& options, torch::nn::Module& model,
                                            torch::optim::Optimizer& optimizer, int64_t world_size);
 
+// "step4_sharded (exercise) training synthetic": who wrote the plain snapshot at `path`; "" when
+// it is not a readable plain snapshot (e.g. a sharded snapshot's manifest there instead).
+std::string snapshot_writer(const std::string& path);
+
 // Loads only the model's weights (e.g. into a plain, unwrapped model for evaluation), whichever
 // program wrote them.
 void load_model_weights(const std::string& path, torch::nn::Module& model);

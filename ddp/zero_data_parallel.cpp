@@ -20,6 +20,16 @@ std::string bucket_label(size_t k, size_t count) {
 
 }  // namespace
 
+ZeroOptions zero_options(const Options& o) {
+  DDP_CHECK(o.zero_stage == 1 || o.zero_stage == 2,
+            o.program.label() + " trains with ZeRO, but its options carry no ZeRO stage",
+            "parse the command line with ddp::kZeroOptions (--zero 1|2, --deepspeed-config)");
+  ZeroOptions z;
+  z.stage = o.zero_stage;
+  z.bucket_mb = o.bucket_mb;
+  return z;
+}
+
 ZeroReducer::ZeroReducer(std::shared_ptr<torch::nn::Module> module, std::shared_ptr<ProcessGroup> pg,
                          ZeroOptions options)
     : module_(std::move(module)), pg_(std::move(pg)), options_(options) {

@@ -12,6 +12,10 @@
    the two differ only in the header comment, the includes, lines inside TODO(stepN) blocks of the
    exercise, and blank lines. So a plumbing edit made in one copy only is caught: change the
    library, or change every copy of the chain in the same way.
+3. The chain stops at step 4. Step 5 (the trainer object) is not solution 4 plus blocks: its lesson
+   is that the program of steps 0-4 (launcher, device, wrapper, epoch loop, snapshots) moved into
+   the library's ddp::Trainer, so its program is a new one of a screen. Checked instead: exercise
+   and solution fit a screen (at most SCREEN_LINES lines) and hold no loop of their own.
 """
 import difflib
 import pathlib
@@ -21,6 +25,8 @@ import subprocess
 import sys
 
 MAX_CHANGED_LINES = 60  # target from the course design: a diff a learner reads in one sitting
+SCREEN_LINES = 60       # a program behind one object (step 5) fits a screen
+CHAIN_LAST_STEP = 4     # the last step whose program is the previous solution plus its blocks
 
 
 def indentation(line):
@@ -123,6 +129,22 @@ def check_chain(root, previous_rel, folder):
     return problems
 
 
+def check_screen_program(root, folder):
+    """A step whose program calls the library's trainer: a screen long, no loop of its own."""
+    problems = []
+    for rel in (f"{folder}/main.cpp", f"solutions/{folder}/main.cpp"):
+        lines = (root / rel).read_text().splitlines()
+        if len(lines) > SCREEN_LINES:
+            problems.append(f"{rel}: {len(lines)} lines, more than a screen ({SCREEN_LINES})")
+        for i, line in enumerate(lines):
+            code = line.split("//")[0]
+            if re.search(r"\b(for|while)\s*\(", code):
+                problems.append(f"{rel}:{i + 1}: a loop of its own (the trainer's loop is in the library): {line.strip()}")
+    print(f"{folder}: {'FAILED' if problems else 'ok'}: a program of a screen without a loop (not in the chain: "
+          f"it replaces solution {CHAIN_LAST_STEP}'s program)")
+    return problems
+
+
 def main():
     root = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else pathlib.Path(__file__).resolve().parent.parent)
     folders = sorted(p.parent.name for p in (root / "solutions").glob("step*/main.cpp"))
@@ -131,7 +153,9 @@ def main():
         return 1
     problems = [p for f in folders for p in check(root, f)]
     # The chain: step 0 (the starting program) -> exercise 1, solution 1 -> exercise 2, ...
-    steps = sorted(p.parent.name for p in root.glob("step*/main.cpp"))
+    all_steps = sorted(p.parent.name for p in root.glob("step*/main.cpp"))
+    steps = [s for s in all_steps if int(s[4:s.index("_")]) <= CHAIN_LAST_STEP]
+    problems += [p for f in all_steps if f not in steps for p in check_screen_program(root, f)]
     for previous, folder in zip(steps, steps[1:]):
         previous_rel = f"{previous}/main.cpp" if previous.startswith("step0") else f"solutions/{previous}/main.cpp"
         problems += check_chain(root, previous_rel, folder)

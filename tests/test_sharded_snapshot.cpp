@@ -4,7 +4,9 @@
 //     ends within 1e-9 of one process training without a break, and every rank's new slice of
 //     Adam's moments equals that process's optimizer state;
 //   * a missing, corrupt or foreign shard is refused on every rank with a message naming it, and
-//     nothing is changed; a plain module loads the weights from all shards.
+//     nothing is changed; a plain module loads the weights from all shards;
+//   * a program's snapshot records who wrote it (step, exercise or solution, dataset): another
+//     program's is refused naming both, the same program resumes, --fresh ignores the file.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 #include <unistd.h>
@@ -304,6 +306,70 @@ TEST(ShardedSnapshot, NoSnapshotIsNoneAndAnotherModelIsRefused) {
                                   return ok ? 0 : 1;
                                 }),
             0);
+  ddp::remove_tree(dir);
+}
+
+ddp::Options run_of(const std::string& dir, const std::string& name, const std::string& kind, int step,
+                    const std::string& dataset = "synthetic") {
+  ddp::Options o;
+  o.program.name = name;
+  o.program.kind = kind;
+  o.program.step = step;
+  o.dataset = dataset;
+  o.snapshot_path = dir + "/shared.json";  // one path for all: what --snapshot (or an old default) did
+  return o;
+}
+
+TEST(ShardedSnapshot, AnotherProgramsSnapshotIsRefusedNamingBoth) {
+  const std::string dir = ddp_test::shared_test_dir();
+  EXPECT_EQ(ddp_test::run_ranks(2,
+                                [&](int rank, auto pg) {
+                                  auto net = make_net(7);
+                                  ddp::ZeroDataParallel<NetImpl> model(net, pg, zero_options(2));
+                                  ddp::ShardedAdamW optimizer(model, kAdam);
+                                  train(model, optimizer, 0, 2, rank, 2);
+                                  const auto solution = run_of(dir, "step4_sharded", "solution", 4);
+                                  ddp::save_sharded_snapshot(solution, optimizer, {3, 0, 2});
+                                  const auto before = net->l1->weight.clone();
+                                  auto refuses = [&](const ddp::Options& reader, const std::string& expected) {
+                                    try {
+                                      ddp::load_sharded_snapshot(reader, optimizer);
+                                    } catch (const ddp::Error& e) {
+                                      const std::string all = std::string(e.what()) + " (fix: " + e.hint() + ")";
+                                      if (all.find(expected) != std::string::npos && all.find("--fresh") != std::string::npos)
+                                        return true;
+                                      std::fprintf(stderr, "unexpected message: %s\n", all.c_str());
+                                      return false;
+                                    }
+                                    std::fprintf(stderr, "loaded, expected a refusal naming \"%s\"\n", expected.c_str());
+                                    return false;
+                                  };
+                                  bool ok = refuses(run_of(dir, "step4_sharded", "exercise", 4),
+                                                    "was written by step4_sharded (solution) training synthetic, not by "
+                                                    "this run, step4_sharded (exercise) training synthetic");
+                                  ok &= refuses(run_of(dir, "step5_trainer", "solution", 5), "written by step4_sharded (solution)");
+                                  ok &= refuses(run_of(dir, "step4_sharded", "solution", 4, "mnist"),
+                                                "not by this run, step4_sharded (solution) training mnist");
+                                  ddp::save_sharded_snapshot(dir + "/anonymous.json", optimizer, {3, 0, 2});
+                                  auto reads_anonymous = solution;
+                                  reads_anonymous.snapshot_path = dir + "/anonymous.json";
+                                  ok &= refuses(reads_anonymous, "written by a program that recorded no name");
+                                  ok &= torch::equal(before, net->l1->weight);  // refusals changed nothing
+                                  ok &= ddp::sharded_snapshot_writer(solution.snapshot_path) ==
+                                        "step4_sharded (solution) training synthetic";
+                                  ok &= ddp::sharded_snapshot_writer(dir + "/anonymous.json").empty();
+                                  auto fresh = run_of(dir, "step4_sharded", "exercise", 4);
+                                  fresh.fresh = true;
+                                  ok &= !ddp::load_sharded_snapshot(fresh, optimizer).has_value();
+                                  const auto state = ddp::load_sharded_snapshot(solution, optimizer);  // its writer resumes
+                                  ok &= state && state->epochs_run == 3;
+                                  return ok ? 0 : 1;
+                                }),
+            0);
+  std::ifstream manifest(dir + "/shared.json");
+  const std::string text((std::istreambuf_iterator<char>(manifest)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("\"version\": 2"), std::string::npos) << text.substr(0, 400);
+  EXPECT_NE(text.find("\"kind\": \"solution\""), std::string::npos) << text.substr(0, 400);
   ddp::remove_tree(dir);
 }
 

@@ -110,6 +110,9 @@ TEST(DefaultSnapshotPath, EveryProgramHasItsOwn) {
   EXPECT_EQ(id("step0_single_gpu", "program", 0), "snapshot-step0.pt");
   EXPECT_EQ(id("step2_env_launch", "exercise", 2), "snapshot-step2-exercise.pt");
   EXPECT_EQ(id("step2_env_launch", "solution", 2), "snapshot-step2-solution.pt");
+  // Step 4's is a sharded snapshot's manifest; its shards take their names from it, so they stay apart too.
+  EXPECT_EQ(id("step4_sharded", "exercise", 4), "snapshot-step4-exercise.pt");
+  EXPECT_EQ(id("step4_sharded", "solution", 4), "snapshot-step4-solution.pt");
   EXPECT_EQ(id("ddp_train_bench", "program", -1), "snapshot-ddp_train_bench.pt");
   EXPECT_EQ(ddp::default_snapshot_path({}), "snapshot.pt");
 }

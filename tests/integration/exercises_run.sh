@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Every exercise compiles (the build made it) and runs as shipped, with the new concept missing:
-# step 0 and the step 1 and step 3 exercises as one process, the step 2 exercise (still step 1's
+# step 0 and the step 1, 3 and 4 exercises as one process, the step 2 exercise (still step 1's
 # program) with the 2 workers it starts itself; each writes its own snapshot file. Launched for
 # several ranks, an exercise must refuse at once, naming the TODO to complete, instead of its
 # ranks training alone or fighting over one port: the step 2 exercise under torchrun, the step 3
-# exercise as one of several srun tasks.
+# exercise as one of several srun tasks, the step 4 exercise (still step 3's DDP program) under
+# torchrun, and given step 4's options (--zero, --deepspeed-config).
 source "$(dirname "$0")/lib.sh"
-for step in step0_single_gpu step1_multigpu_fork step2_env_launch step3_multinode_slurm; do
+for step in step0_single_gpu step1_multigpu_fork step2_env_launch step3_multinode_slurm step4_sharded; do
   n=${step:4:1}
   snapshot=snapshot-step$n-exercise.pt
   [ "$n" = 0 ] && snapshot="snapshot-step0.pt"  # the starting program: no exercise, no solution
@@ -46,4 +47,12 @@ expect_refusal "step 3 exercise as an srun task" \
   env SLURM_JOB_ID=4242 SLURM_STEP_ID=0 SLURM_PROCID=1 SLURM_LOCALID=0 SLURM_NODEID=1 SLURM_NTASKS=2 \
   SLURM_NNODES=2 SLURM_TASKS_PER_NODE='1(x2)' SLURM_JOB_NODELIST='node[1-2]' \
   "$BIN/step3_multinode_slurm" 2 1 --device cpu --rendezvous-timeout 30
-pass "all exercises run; the step 2 exercise refuses torchrun, the step 3 exercise a multi-task srun, naming their TODOs"
+# Step 4's exercise trains with DDP: one process has nothing to shard; several ranks would each keep
+# the whole optimizer state. Its command line with ZeRO's options names the TODO before anything starts.
+expect_refusal "step 4 exercise under torchrun" \
+  'error: step4_sharded \(exercise\) was started as 2 ranks, but wraps the model in DistributedDataParallel.*\(fix: complete TODO\(step4\) in step4_sharded/main.cpp' \
+  torchrun --standalone --nproc_per_node=2 --no-python "$BIN/step4_sharded" 2 1 --device cpu
+expect_refusal "step 4 exercise given --zero" \
+  'step4_sharded: error: .*--zero.*\(fix: complete TODO\(step4\) in step4_sharded/main.cpp: offer the ZeRO options' \
+  "$BIN/step4_sharded" 2 1 --device cpu --zero 2
+pass "all exercises run; the step 2 exercise refuses torchrun, the step 3 exercise a multi-task srun, the step 4 exercise several ranks and ZeRO's options, naming their TODOs"

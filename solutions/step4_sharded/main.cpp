@@ -1,0 +1,150 @@
+// step4_sharded — the trainer with ZeRO (DeepSpeed's idea): each rank keeps only 1/N of the optimizer state.
+//   torchrun --standalone --nproc_per_node=2 --no-python step4_sharded 50 10 --zero 2 --deepspeed-config ds_config.json
+// New since step 3 (TODO(step4)): ZeRO's wrapper and optimizer, clipping and warm-up, a shard per rank. diff-step 4.
+#include <torch/torch.h>
+
+#include "ddp/compute.h"         // defines: configure_compute (threads per rank, --deterministic)
+#include "ddp/data.h"            // defines: DistributedSampler (the data order), Loader (batches)
+#include "ddp/device.h"          // defines: choose_device, visible_gpus
+#include "ddp/epoch_report.h"    // defines: EpochReporter (every line a rank prints, losses, metrics)
+#include "ddp/error.h"           // defines: run_main, exit codes
+#include "ddp/hostlist.h"        // defines: expand_hostlist (Slurm's node lists)
+#include "ddp/launch_env.h"      // defines: LaunchValues, check_launch (who am I), job_port
+#include "ddp/options.h"         // defines: Options, parse_options
+#include "ddp/process_group.h"   // defines: ProcessGroup
+#include "ddp/run_report.h"      // defines: print_settings, print_rank_table
+#include "ddp/stop_agreement.h"  // defines: StopAgreement (all ranks stop at one step on SIGTERM/SIGUSR1)
+#include "ddp/workload.h"        // defines: Workload (data, model, optimizer, loss)
+// TODO(step4): ZeRO's model wrapper, optimizer and snapshots instead of DDP's (start at ddp/zero_data_parallel.h).
+#include "ddp/sharded_snapshot.h"  // defines: ShardedAdamW, save/load_sharded_snapshot (a shard per rank)
+#include "ddp/zero_data_parallel.h"  // defines: ZeroDataParallel, zero_options
+#include "ddp/zero_settings.h"   // defines: learning_rate_at (DeepSpeed's WarmupLR)
+
+class Trainer {
+ public:
+  Trainer(const ddp::Options& opt, const ddp::LaunchEnv& launch, torch::Device device,
+          std::shared_ptr<ddp::ProcessGroup> pg)
+      : opt_(opt),
+        launch_(launch),
+        workload_(ddp::make_workload(opt)),
+        // TODO(step1): give each rank its own shard of every epoch's shuffle (as DistributedSampler).
+        sampler_(workload_.train.size(), launch.world_size, launch.global_rank, opt.seed),
+        // TODO(step4): wrap it in ZeroDataParallel (each rank owns 1/N of every bucket) and step a ShardedAdamW.
+        model_(workload_.make_model(device), pg, ddp::zero_options(opt)),
+        loader_(workload_.train, sampler_, opt.batch_size, device),
+        optimizer_(std::make_unique<ddp::ShardedAdamW>(model_, ddp::adam_options(opt))),
+        stop_(pg.get()),
+        reporter_(opt, launch, device, workload_, pg.get()) {
+    // TODO(step4): every rank reads its shard (all shards with another world size: they reshard).
+    if (auto state = ddp::load_sharded_snapshot(opt, *optimizer_)) {
+      epochs_run_ = state->epochs_run;
+      first_step_ = state->step_in_epoch;
+      reporter_.print("Resuming training from snapshot {} at epoch {}, step {}", opt.snapshot_path, epochs_run_,
+                      first_step_);
+    }
+  }
+
+  int train() {  // the exit code: 0 when all epochs ran, kExitRequeue when a signal stopped training
+    for (int64_t epoch = epochs_run_; epoch < opt_.total_epochs; ++epoch) {
+      if (!run_epoch(epoch)) return ddp::kExitRequeue;
+      if ((epoch + 1) % opt_.save_every == 0 || epoch + 1 == opt_.total_epochs) save(epoch + 1, 0);
+    }
+    reporter_.end_training(plain_model());
+    return ddp::kExitOk;
+  }
+ private:
+  // TODO(step1): the plain model inside the wrapper: snapshots hold its state, so they load without DDP.
+  ddp::Model& plain_model() { return *model_.module(); }
+
+  torch::Tensor run_batch(const ddp::Batch& batch) {
+    optimizer_->zero_grad();
+    auto loss = workload_.loss(model_->forward(batch.input), batch.target);
+    loss.backward();
+    // TODO(step4): DeepSpeed's gradient_clipping (the norm of all ranks' shards) and WarmupLR, then the step.
+    if (opt_.deepspeed.gradient_clipping > 0) optimizer_->clip_grad_norm(opt_.deepspeed.gradient_clipping);
+    optimizer_->set_lr(ddp::learning_rate_at(opt_, optimizer_->steps_taken()));
+    optimizer_->step();
+    return loss;
+  }
+
+  bool run_epoch(int64_t epoch) {  // false when a signal stopped it: the snapshot is then of this step
+    sampler_.set_epoch(epoch);  // a new shuffle every epoch, the same for the same seed
+    // TODO(step4): the rate now changes every step (run_batch), not every epoch.
+    auto log = reporter_.begin_epoch(epoch, loader_, first_step_);
+    for (int64_t step = first_step_; step < loader_.steps(); ++step) {
+      if (stop_.should_stop()) {  // SIGTERM or SIGUSR1: every rank stops at this same step
+        reporter_.print("Stopping at epoch {}, step {} ({})", epoch, step, ddp::stop_reason());
+        save(epoch, step);
+        return false;
+      }
+      const ddp::Batch batch = loader_.batch(step);
+      log.add(batch, run_batch(batch));  // the loss stays on the device: nothing waits for it
+    }
+    first_step_ = 0;
+    reporter_.end_epoch(log, plain_model());
+    return true;
+  }
+
+  void save(int64_t epochs_run, int64_t step) {
+    // TODO(step4): no rank holds all the optimizer state: every rank writes its shard, rank 0 the manifest.
+    ddp::save_sharded_snapshot(opt_, *optimizer_, {epochs_run, step, launch_.world_size});
+    reporter_.announce("Training snapshot saved at {} ({} epochs run, step {})", opt_.snapshot_path, epochs_run, step);
+  }
+
+  const ddp::Options& opt_;
+  const ddp::LaunchEnv launch_;
+  ddp::Workload workload_;
+  ddp::DistributedSampler sampler_;
+  // TODO(step4): the model lives inside ZeroDataParallel, the optimizer is a ShardedAdamW.
+  ddp::ZeroDataParallel<ddp::Model> model_;
+  ddp::Loader loader_;
+  std::unique_ptr<ddp::ShardedAdamW> optimizer_;
+  ddp::StopAgreement stop_;
+  ddp::EpochReporter reporter_;
+  int64_t epochs_run_ = 0, first_step_ = 0;
+};
+
+// TODO(step2): the launcher says who each worker is: torchrun sets RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR,
+//   MASTER_PORT (its docs); mpirun OMPI_COMM_WORLD_RANK, _LOCAL_RANK, _SIZE (man mpirun). Hint: ddp::env.
+int worker(const ddp::Options& opt) {
+  ddp::install_stop_signal_handlers();
+  ddp::LaunchValues me;  // who am I: what the launcher says (no launcher: rank 0 of 1)
+  if (ddp::env("RANK")) {  // torchrun
+    me.global_rank = ddp::env_int("RANK");
+    me.local_rank = ddp::env_int("LOCAL_RANK");
+    me.world_size = ddp::env_int("WORLD_SIZE");
+  } else if (ddp::env("OMPI_COMM_WORLD_RANK")) {  // OpenMPI's mpirun
+    me.global_rank = ddp::env_int("OMPI_COMM_WORLD_RANK");
+    me.local_rank = ddp::env_int("OMPI_COMM_WORLD_LOCAL_RANK");
+    me.world_size = ddp::env_int("OMPI_COMM_WORLD_SIZE");
+  }
+  me.master_addr = ddp::env("MASTER_ADDR");
+  me.master_port = ddp::env_int("MASTER_PORT");
+  // TODO(step3): under srun: SLURM_PROCID, SLURM_LOCALID, SLURM_NTASKS (man srun, "OUTPUT ENVIRONMENT
+  //   VARIABLES"); rank 0 runs on the first node of SLURM_JOB_NODELIST; SLURM_JOB_ID gives the port.
+  if (!me.global_rank && ddp::env("SLURM_PROCID")) {  // Slurm's srun
+    me.global_rank = ddp::env_int("SLURM_PROCID");
+    me.local_rank = ddp::env_int("SLURM_LOCALID");
+    me.world_size = ddp::env_int("SLURM_NTASKS");
+    if (!me.master_addr) me.master_addr = ddp::expand_hostlist(ddp::env("SLURM_JOB_NODELIST").value()).front();
+    if (!me.master_port) me.master_port = ddp::job_port(ddp::env_int("SLURM_JOB_ID").value());
+  }
+
+  const ddp::LaunchEnv launch = ddp::check_launch(me, opt);
+  const torch::Device device = ddp::choose_device(opt.device, launch.local_rank);
+  const int threads = ddp::configure_compute(opt, launch);
+  // TODO(step1): join the process group (Gloo on CPU, NCCL on GPUs), after the device is chosen.
+  auto pg = ddp::init_process_group(launch, device, ddp::process_group_options(opt));
+
+  ddp::print_settings(opt, launch, device, threads, launch.global_rank);
+  ddp::print_rank_table(pg.get(), launch, device);  // each rank's host, local rank and device
+  Trainer trainer(opt, launch, device, pg);
+  return trainer.train();
+}
+
+int main(int argc, char** argv) {
+  // TODO(step2): the launcher starts one process per device: no spawn, no --nproc (kSpawnOptions).
+  // TODO(step4): ZeRO's options too: --zero 1|2, --deepspeed-config FILE (ddp::kZeroOptions).
+  const auto opt = ddp::parse_options(argc, argv, ddp::kTrainingOptions | ddp::kDistributedOptions | ddp::kZeroOptions);
+  return ddp::run_main([&] { return worker(opt); });
+}

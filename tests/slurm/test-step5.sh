@@ -1,0 +1,74 @@
+#!/bin/bash
+# defines: test-step5.sh — step 5's batch scripts, unchanged (but for account/partition/gres and
+#          modules), on a private Slurm cluster of two network-namespace nodes: the trainer reads srun's
+#          variables and checks Lightning's --gpus/--nodes the scripts derive from the job.
+#          clusters/puhti/step5.sbatch (2 nodes x 4 tasks): --strategy auto (ddp: one plain snapshot, by
+#          global rank 0) and zero2 (a sharded snapshot: the manifest and one shard per rank); a --gpus
+#          that is not the job's tasks per node fails, naming the #SBATCH line.
+#          clusters/delta/step5.sbatch (2 nodes x 2 tasks): zero1 (4 shards), a --nodes that is not the
+#          job's fails the same way, and its own placeholder account stops the job at once (the test
+#          cluster has no accounting, so sbatch accepts what Delta's would refuse). All ranks of a job
+#          end with equal weights.
+# Exit 77 (skipped) when not root or Slurm is not installed.
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"   # (set -e first: a missing lib.sh must stop the test)
+require_slurm
+require_programs solutions/step5_trainer
+start_cluster netns 2
+
+# expect_equal_checksums RANKS: the ranks' final weights, one checksum line each, all equal.
+expect_equal_checksums() {
+  expect_lines "$1" "final weights checksum"
+  local sums
+  sums=$(grep -E 'final weights checksum' "$JOB_LOG" | awk '{print $NF}' | sort -u)
+  [ "$(echo "$sums" | wc -l)" = 1 ] || { show_log; fail "job $JOB_ID: the ranks ended with different weights: $sums"; }
+  note "$1 ranks, weights checksum $sums"
+}
+
+submit puhti step5.sbatch --epochs 2
+expect_success; expect_nodes "node[1-2]"
+expect_lines 1 "^launcher +\| slurm *$"; expect_lines 1 "^world size +\| 8 *$"; expect_lines 1 "^strategy +\| ddp *$"
+expect_lines 1 "Epoch 1 \| train loss"; expect_lines 2 "Training snapshot saved"
+expect_equal_checksums 8
+expect_one_snapshot solution
+expect_lines 0 "claim rank|already in use"
+
+submit puhti step5.sbatch --epochs 2 --strategy zero2
+expect_success; expect_nodes "node[1-2]"
+expect_lines 1 "^strategy +\| zero2 *$"; expect_lines 1 "^ZeRO stage +\| 2: "
+expect_lines 1 "Epoch 1 \| train loss"; expect_lines 2 "Training snapshot saved"
+expect_equal_checksums 8
+manifest="$RUN_DIR/snapshots/ddpw-puhti-step5.solution.pt"
+[ -f "$manifest" ] || { show_log; fail "job $JOB_ID: no manifest $manifest"; }
+shards=$(find "$RUN_DIR/snapshots" -name 'ddpw-puhti-step5.solution.pt.g*.rank*-of-8' | wc -l)
+[ "$shards" = 8 ] || { ls -la "$RUN_DIR/snapshots"; fail "job $JOB_ID: $shards shards, expected 8 (one per rank)"; }
+
+# Lightning's devices must be what the job started: the user's --gpus 2 wins over the script's 4.
+submit puhti step5.sbatch --epochs 1 --gpus 2
+expect_failure "error: --gpus 2, but slurm started 8 ranks, 4 on this node \(fix: .*#SBATCH --ntasks-per-node=2"
+expect_lines 0 "Epoch 0"
+
+# Delta's script: 2 nodes x 2 tasks (its --gpus-per-node=2), ZeRO-1, every rank writes its shard.
+submit delta step5.sbatch --epochs 2 --strategy zero1
+expect_success; expect_nodes "node[1-2]"
+expect_lines 1 "^launcher +\| slurm *$"; expect_lines 1 "^world size +\| 4 *$"; expect_lines 1 "^ranks per node +\| 2 *$"
+expect_lines 1 "^strategy +\| zero1 *$"; expect_lines 1 "^ZeRO stage +\| 1: "
+expect_lines 1 "Epoch 1 \| train loss"; expect_lines 2 "Training snapshot saved"
+expect_equal_checksums 4
+expect_lines 0 "claim rank|already in use"
+manifest="$RUN_DIR/snapshots/ddpw-delta-step5.solution.pt"
+[ -f "$manifest" ] || { show_log; fail "job $JOB_ID: no manifest $manifest"; }
+shards=$(find "$RUN_DIR/snapshots" -name 'ddpw-delta-step5.solution.pt.g*.rank*-of-4' | wc -l)
+[ "$shards" = 4 ] || { ls -la "$RUN_DIR/snapshots"; fail "job $JOB_ID: $shards shards, expected 4 (one per rank)"; }
+
+# Lightning's num_nodes must be what the job started: the user's --nodes 3 wins over the script's 2.
+submit delta step5.sbatch --epochs 1 --nodes 3
+expect_failure "error: --nodes 3, but slurm started 4 ranks, 2 on this node \(2 node\(s\)\) \(fix: .*#SBATCH --nodes=3"
+expect_lines 0 "Epoch 0"
+
+# The script's own account line, a placeholder: the job stops before srun, saying what to give.
+SITE_OPTIONS=--partition=debug submit delta step5.sbatch --epochs 1
+expect_failure "--account is still the placeholder 'change_me-delta-gpu': submit with sbatch --account="
+expect_lines 0 "^\+ srun"
+echo "PASS: clusters/puhti/step5.sbatch (ddp, zero2, a refused --gpus) and clusters/delta/step5.sbatch (zero1, a refused" \
+     "--nodes, the placeholder account): the trainer under srun on 2 nodes"
