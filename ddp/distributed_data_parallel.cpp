@@ -16,8 +16,9 @@ DdpOptions ddp_options(const Options& o) {
                     ", but it wraps the model in DistributedDataParallel, which keeps the whole optimizer state on "
                     "every rank",
                 p.kind == "exercise" && p.step == 4
-                    ? "complete TODO(step4) in " + p.name + "/main.cpp: wrap the model in ddp::ZeroDataParallel "
-                      "(ddp/zero_data_parallel.h) and step a ddp::ShardedAdamW"
+                    ? "complete TODO(step4) in " + p.name +
+                          "/main.cpp: wrap the model in ddp::ZeroDataParallel "
+                          "(ddp/zero_data_parallel.h) and step a ddp::ShardedAdamW"
                     : "train with ZeRO in step4_sharded, or step5_trainer --strategy zero2");
   }
   // Step 4's exercise as shipped is step 3's DDP program. One process has nothing to shard, so it runs;
@@ -33,7 +34,8 @@ DdpOptions ddp_options(const Options& o) {
       throw Error(o.program.label() + " was started as " + std::to_string(world) +
                       " ranks, but wraps the model in DistributedDataParallel: every rank would keep the whole "
                       "optimizer state, the copy that ZeRO shards",
-                  "complete TODO(step4) in " + o.program.name + "/main.cpp: wrap the model in ddp::ZeroDataParallel "
+                  "complete TODO(step4) in " + o.program.name +
+                      "/main.cpp: wrap the model in ddp::ZeroDataParallel "
                       "(ddp/zero_data_parallel.h) and step a ddp::ShardedAdamW; or run it as one process");
   }
   return {o.bucket_mb, o.find_unused_parameters, true};

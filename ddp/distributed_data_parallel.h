@@ -56,14 +56,14 @@ class GradientReducer {
 
  private:
   struct Bucket {
-    std::vector<size_t> params;   // indices into params_
-    std::vector<int64_t> offsets; // where each parameter's gradient sits in `flat`
-    torch::Tensor flat;           // contiguous gradients of the bucket; after backward, .grad is in it
+    std::vector<size_t> params;            // indices into params_
+    std::vector<int64_t> offsets;          // where each parameter's gradient sits in `flat`
+    torch::Tensor flat;                    // contiguous gradients of the bucket; after backward, .grad is in it
     std::vector<torch::Tensor> flat_list;  // {flat}: what the allreduce takes
     std::vector<torch::Tensor> slices;     // each parameter's part of `flat` (1-D), made once
-    torch::Tensor world_size;     // 0-dim (CPU, the bucket's dtype): gradients enter divided by it
-    std::string what;             // names the bucket's allreduce in errors
-    size_t pending = 0;           // parameters whose gradient is not ready yet
+    torch::Tensor world_size;              // 0-dim (CPU, the bucket's dtype): gradients enter divided by it
+    std::string what;                      // names the bucket's allreduce in errors
+    size_t pending = 0;                    // parameters whose gradient is not ready yet
     c10::intrusive_ptr<c10d::Work> work;
   };
   void build_buckets(double bucket_mb);
@@ -86,9 +86,9 @@ class GradientReducer {
   std::vector<size_t> slot_of_;    // parameter -> its place in the bucket
   std::vector<Bucket> buckets_;
   std::vector<char> ready_;
-  std::vector<char> keep_undefined_;  // find_unused_parameters: no rank has a gradient for it
-  torch::Tensor used_here_;      // find_unused_parameters: 1 where this rank has a gradient (CPU)...
-  torch::Tensor used_anywhere_;  // ...and its sum over ranks (on the parameters' device)
+  std::vector<char> keep_undefined_;      // find_unused_parameters: no rank has a gradient for it
+  torch::Tensor used_here_;               // find_unused_parameters: 1 where this rank has a gradient (CPU)...
+  torch::Tensor used_anywhere_;           // ...and its sum over ranks (on the parameters' device)
   std::vector<torch::Tensor> used_list_;  // {used_anywhere_}: what the allreduce takes
   size_t next_bucket_ = 0;
   bool in_backward_ = false;  // a synced backward is running: its end-of-backward callback is queued
@@ -104,7 +104,7 @@ class DistributedDataParallel {
   DistributedDataParallel(std::shared_ptr<M> module, std::shared_ptr<ProcessGroup> pg, DdpOptions options = {})
       : module_(std::move(module)), reducer_(std::make_unique<GradientReducer>(module_, std::move(pg), options)) {}
 
-  M* operator->() const { return module_.get(); }      // model->forward(x), as on the plain module
+  M* operator->() const { return module_.get(); }               // model->forward(x), as on the plain module
   const std::shared_ptr<M>& module() const { return module_; }  // for checkpoints: a plain module
   size_t bucket_count() const { return reducer_->bucket_count(); }
 

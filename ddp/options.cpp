@@ -68,8 +68,8 @@ void check_writable_file(const std::string& program, const std::string& option, 
   std::string probe = (dir == "/" ? "" : dir) + "/." + base_name(path) + ".probe-XXXXXX";
   const int fd = ::mkstemp(probe.data());
   if (fd < 0)
-    usage_error(program, option + " '" + path + "': cannot create a file in folder '" + dir + "' (" +
-                             std::strerror(errno) + ")",
+    usage_error(program,
+                option + " '" + path + "': cannot create a file in folder '" + dir + "' (" + std::strerror(errno) + ")",
                 "choose a path in a folder you can write with " + option);
   ::close(fd);
   ::unlink(probe.c_str());
@@ -124,9 +124,10 @@ void apply_zero_settings(Options& o, int zero_flag, bool given_batch, bool given
   const DeepSpeedConfig& c = o.deepspeed;
   if (c.train_batch_size || c.train_micro_batch_size_per_gpu || c.gradient_accumulation_steps) {
     if (given_batch)
-      throw Error("the batch size is given twice: --batch-size " + std::to_string(o.batch_size) + " and " + c.origin +
-                      "'s batch keys",
-                  "leave out --batch-size (the config's train_batch_size is divided by the ranks), or the config's keys");
+      throw Error(
+          "the batch size is given twice: --batch-size " + std::to_string(o.batch_size) + " and " + c.origin +
+              "'s batch keys",
+          "leave out --batch-size (the config's train_batch_size is divided by the ranks), or the config's keys");
     const BatchSizes b = c.batch_sizes(world);
     if (b.gradient_accumulation_steps != 1)
       throw Error(c.origin + ": gradient_accumulation_steps " + std::to_string(b.gradient_accumulation_steps) +
@@ -157,7 +158,6 @@ std::string unoffered_option_fix(const ProgramId& p, const std::string& error) {
   }
   return "";
 }
-
 
 }  // namespace
 
@@ -200,25 +200,29 @@ Options parse_options(int argc, char** argv, const std::string& description, uns
   if (groups & kTrainingOptions) {
     // The trainer also takes Lightning's --epochs, so its positionals are optional.
     auto* epochs = app.add_option("total_epochs", o.total_epochs, "Epochs to train")
-                       ->default_str("")->check(whole("total_epochs", 1, 1000000));
-    save_every_given = app.add_option("save_every", o.save_every, "Write a snapshot every N epochs" +
+                       ->default_str("")
+                       ->check(whole("total_epochs", 1, 1000000));
+    save_every_given = app.add_option("save_every", o.save_every,
+                                      "Write a snapshot every N epochs" +
                                           std::string(trainer ? " (default: every epoch, as Lightning)" : ""))
-                           ->default_str("")->check(whole("save_every", 1, 1000000));
+                           ->default_str("")
+                           ->check(whole("save_every", 1, 1000000));
     if (trainer) {
-      epochs_given = app.add_option("--epochs,--max-epochs", epochs_flag, "Epochs to train (Lightning's max_epochs; "
-                                                                          "the same as the first positional)")
+      epochs_given = app.add_option("--epochs,--max-epochs", epochs_flag,
+                                    "Epochs to train (Lightning's max_epochs; "
+                                    "the same as the first positional)")
                          ->check(whole("--epochs", 1, 1000000));
     } else {
       epochs->required();
       save_every_given->required();
     }
     batch_size = app.add_option("--batch-size,--batch_size", o.batch_size,
-                                "Samples per step on each rank (default: " + std::to_string(o.batch_size) + " synthetic, " +
-                                    std::to_string(kCnnBatchSize) + " mnist/fashion-mnist)")
-                     ->default_str("")->check(whole("--batch-size", 1, 1 << 20));
+                                "Samples per step on each rank (default: " + std::to_string(o.batch_size) +
+                                    " synthetic, " + std::to_string(kCnnBatchSize) + " mnist/fashion-mnist)")
+                     ->default_str("")
+                     ->check(whole("--batch-size", 1, 1 << 20));
     app.add_option("--device", o.device, "auto (CUDA if available, else CPU), cpu, cuda or cuda:N");
-    app.add_option("--dataset", o.dataset, "Workload")
-        ->check(CLI::IsMember({"synthetic", "mnist", "fashion-mnist"}));
+    app.add_option("--dataset", o.dataset, "Workload")->check(CLI::IsMember({"synthetic", "mnist", "fashion-mnist"}));
     app.add_option("--data-dir", o.data_dir, "Folder with the four IDX files (.gz or not)");
     app.add_option("--test-batch-size", o.test_batch_size, "Samples per evaluation step")
         ->check(whole("--test-batch-size", 1, 1 << 20));
@@ -251,15 +255,13 @@ Options parse_options(int argc, char** argv, const std::string& description, uns
   CLI::Option* master_port = nullptr;
   CLI::Option* bucket_mb = nullptr;
   if (groups & kDistributedOptions) {
-    if (!spawns)
-      app.add_option("--master-addr", o.master_addr, "Rendezvous host (default: from the launcher)");
+    if (!spawns) app.add_option("--master-addr", o.master_addr, "Rendezvous host (default: from the launcher)");
     master_port = app.add_option("--master-port", o.master_port,
                                  spawns ? "Rendezvous port on this node (default: a free port, chosen at start)"
                                         : "Rendezvous port (default: from the launcher)")
                       ->check(whole("--master-port", spawns ? 1 : 0, 65535));
     if (spawns) master_port->default_str("");  // not "=0": the default is chosen at start
-    if (!spawns)
-      app.add_option("--init-method", o.init_method, "file:///shared/path: rendezvous through a file");
+    if (!spawns) app.add_option("--init-method", o.init_method, "file:///shared/path: rendezvous through a file");
     app.add_option("--backend", o.backend, "Process-group backend")->check(CLI::IsMember({"auto", "gloo", "nccl"}));
     bucket_mb = app.add_option("--bucket-mb", o.bucket_mb, "Gradient bucket size in MiB")
                     ->check(real("--bucket-mb", 0.001, 4096));
@@ -274,9 +276,11 @@ Options parse_options(int argc, char** argv, const std::string& description, uns
   // ZeRO (step 4) and the trainer (step 5).
   int zero_flag = 0;
   if (zero)
-    app.add_option("--zero", zero_flag, "ZeRO stage: 1 shards the optimizer state over the ranks, 2 the gradients "
-                                        "too (default: the DeepSpeed config's zero_optimization.stage, else 2)")
-        ->default_str("")->check(whole("--zero", 1, 2));
+    app.add_option("--zero", zero_flag,
+                   "ZeRO stage: 1 shards the optimizer state over the ranks, 2 the gradients "
+                   "too (default: the DeepSpeed config's zero_optimization.stage, else 2)")
+        ->default_str("")
+        ->check(whole("--zero", 1, 2));
   if (zero || trainer)
     app.add_option("--deepspeed-config,--deepspeed_config", o.deepspeed_config_path,
                    "DeepSpeed's ds_config.json: batch size, Adam/AdamW, WarmupLR, gradient clipping, steps_per_print, "
@@ -291,8 +295,9 @@ Options parse_options(int argc, char** argv, const std::string& description, uns
                    "Processes per node (Lightning's gpus/devices; on the CPU, processes). Alone, N > 1 starts N "
                    "workers here; under a launcher it must be what the launcher started (0: as launched)")
         ->check(whole("--gpus", 0, 1024));
-    app.add_option("--nodes,--num-nodes", o.nodes, "Nodes (Lightning's num_nodes): must be what the launcher "
-                                                   "started (0: as launched)")
+    app.add_option("--nodes,--num-nodes", o.nodes,
+                   "Nodes (Lightning's num_nodes): must be what the launcher "
+                   "started (0: as launched)")
         ->check(whole("--nodes", 0, 100000));
   }
 
@@ -340,12 +345,15 @@ Options parse_options(int argc, char** argv, const std::string& description, uns
   if (trainer && (groups & kTrainingOptions)) {
     if (epochs_given->count() > 0) {
       if (o.total_epochs > 0 && o.total_epochs != epochs_flag)
-        usage_error(program, "the epochs are given twice: " + std::to_string(o.total_epochs) + " and --epochs " +
-                                 std::to_string(epochs_flag), "give one of them");
+        usage_error(program,
+                    "the epochs are given twice: " + std::to_string(o.total_epochs) + " and --epochs " +
+                        std::to_string(epochs_flag),
+                    "give one of them");
       o.total_epochs = epochs_flag;
     }
     if (o.total_epochs == 0)
-      usage_error(program, "how many epochs?", "give them as Lightning's --epochs N, or positionally: " + program + " 50 10");
+      usage_error(program, "how many epochs?",
+                  "give them as Lightning's --epochs N, or positionally: " + program + " 50 10");
     if (save_every_given->count() == 0) o.save_every = 1;
   }
   if (groups & kTrainingOptions) {

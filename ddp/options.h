@@ -16,38 +16,38 @@ class App;
 
 namespace ddp {
 
-inline constexpr int kCnnBatchSize = 64;       // --dataset mnist|fashion-mnist: the seed's batch
+inline constexpr int kCnnBatchSize = 64;  // --dataset mnist|fashion-mnist: the seed's batch
 
 struct Options {
   // The upstream tutorial's positional form: `step0_single_gpu 50 10`.
   int total_epochs = 0;
   int save_every = 0;
-  int batch_size = 32;          // parse_options makes it kCnnBatchSize for the CNN unless given
+  int batch_size = 32;  // parse_options makes it kCnnBatchSize for the CNN unless given
 
-  std::string device = "auto";  // auto | cpu | cuda | cuda:N
+  std::string device = "auto";        // auto | cpu | cuda | cuda:N
   std::string dataset = "synthetic";  // synthetic | mnist | fashion-mnist
-  std::string data_dir;         // default: where the dataset usually lives (see workload.h)
+  std::string data_dir;               // default: where the dataset usually lives (see workload.h)
   int test_batch_size = 1000;
-  double lr = 0;                // 0: the workload's default (SGD 1e-2 synthetic, Adadelta 1.0 CNN)
-  double gamma = 0.7;           // StepLR decay for the CNN
+  double lr = 0;       // 0: the workload's default (SGD 1e-2 synthetic, Adadelta 1.0 CNN)
+  double gamma = 0.7;  // StepLR decay for the CNN
   uint64_t seed = 0;
-  int threads = 0;              // intra-op threads per rank; 0: cores / ranks on this node
+  int threads = 0;  // intra-op threads per rank; 0: cores / ranks on this node
 
   std::string snapshot_path = "snapshot.pt";  // parse_options: the program's own, see default_snapshot_path
-  bool fresh = false;           // ignore an existing snapshot and start again
-  bool deterministic = false;   // deterministic kernels (GPU): a stopped run resumes bit for bit
-  std::string metrics_path;     // per-epoch CSV, written by rank 0 (empty: none)
-  int log_every = 0;            // progress line every N steps (0: every 30 s)
-  std::string init_weights_path;    // a state_dict from Python's torch.save to start from (weights_io.h)
-  std::string export_weights_path;  // rank 0 writes the final state_dict here for Python's torch.load
+  bool fresh = false;                         // ignore an existing snapshot and start again
+  bool deterministic = false;                 // deterministic kernels (GPU): a stopped run resumes bit for bit
+  std::string metrics_path;                   // per-epoch CSV, written by rank 0 (empty: none)
+  int log_every = 0;                          // progress line every N steps (0: every 30 s)
+  std::string init_weights_path;              // a state_dict from Python's torch.save to start from (weights_io.h)
+  std::string export_weights_path;            // rank 0 writes the final state_dict here for Python's torch.load
 
   // Distributed settings (steps 1-3 and the diagnostics).
-  int nproc = 2;                // step 1: workers to start when there is no GPU
-  std::string master_addr;      // empty: from the launcher (not offered with kSpawnOptions)
-  int master_port = 0;          // 0: from the launcher; with kSpawnOptions a free port (spawn_master_port)
-  std::string init_method;      // file:///shared/path instead of a TCP store
-  std::string backend = "auto"; // auto | gloo | nccl
-  double bucket_mb = 25;        // gradient bucket size, as PyTorch's bucket_cap_mb
+  int nproc = 2;                 // step 1: workers to start when there is no GPU
+  std::string master_addr;       // empty: from the launcher (not offered with kSpawnOptions)
+  int master_port = 0;           // 0: from the launcher; with kSpawnOptions a free port (spawn_master_port)
+  std::string init_method;       // file:///shared/path instead of a TCP store
+  std::string backend = "auto";  // auto | gloo | nccl
+  double bucket_mb = 25;         // gradient bucket size, as PyTorch's bucket_cap_mb
   bool find_unused_parameters = false;
   double rendezvous_timeout_s = 300;
   double collective_timeout_s = 600;
@@ -60,12 +60,12 @@ struct Options {
   DeepSpeedConfig deepspeed;          // that file's settings; without one DeepSpeed's defaults (no optimizer section)
 
   // The trainer (kTrainerOptions, step 5): PyTorch Lightning's Trainer(gpus, num_nodes, strategy).
-  std::string strategy;             // single | ddp | zero1 | zero2 (kTrainerOptions; zero<N> with kZeroOptions);
-                                    // empty: the program's own (steps 0-3)
-  int gpus = 0;                     // processes per node (--gpus, --devices); 0: as the launcher started them
-  int nodes = 0;                    // --nodes; 0: as the launcher started them
+  std::string strategy;  // single | ddp | zero1 | zero2 (kTrainerOptions; zero<N> with kZeroOptions);
+                         // empty: the program's own (steps 0-3)
+  int gpus = 0;          // processes per node (--gpus, --devices); 0: as the launcher started them
+  int nodes = 0;         // --nodes; 0: as the launcher started them
 
-  ProgramId program;            // which program parsed these (its snapshots record it)
+  ProgramId program;  // which program parsed these (its snapshots record it)
 };
 
 // Which groups of options a program offers.

@@ -73,7 +73,8 @@ std::string host_name() {
   return buf;
 }
 
-void print_settings(const Options& o, const LaunchEnv& launch, const torch::Device& device, int threads, int global_rank) {
+void print_settings(const Options& o, const LaunchEnv& launch, const torch::Device& device, int threads,
+                    int global_rank) {
   if (global_rank != 0) return;
   const char* workspace = std::getenv("CUBLAS_WORKSPACE_CONFIG");  // set by configure_compute
   const std::string cublas_workspace = workspace ? workspace : "";
@@ -114,15 +115,17 @@ void print_settings(const Options& o, const LaunchEnv& launch, const torch::Devi
     *at("learning rate") = Row{"optimizer", describe_adam(o)};
     *at("StepLR gamma") = Row{"learning rate", describe_schedule(o)};
     const double clip = o.deepspeed.gradient_clipping;
-    rows.insert(at("seed"), {Row{"ZeRO stage", o.zero_stage == 1 ? "1: optimizer state sharded over " + ranks
-                                                                  : "2: optimizer state and gradients sharded over " + ranks},
-                             Row{"gradient clipping", clip > 0 ? "global norm " + number(clip) : "(none)"},
-                             Row{"DeepSpeed config", o.deepspeed_config_path.empty() ? "(none)" : o.deepspeed_config_path}});
+    rows.insert(at("seed"),
+                {Row{"ZeRO stage", o.zero_stage == 1 ? "1: optimizer state sharded over " + ranks
+                                                     : "2: optimizer state and gradients sharded over " + ranks},
+                 Row{"gradient clipping", clip > 0 ? "global norm " + number(clip) : "(none)"},
+                 Row{"DeepSpeed config", o.deepspeed_config_path.empty() ? "(none)" : o.deepspeed_config_path}});
   }
   if (!o.init_weights_path.empty()) rows.insert(rows.end() - 1, Row{"initial weights", o.init_weights_path});
   if (!o.export_weights_path.empty()) rows.insert(rows.end() - 1, Row{"export weights to", o.export_weights_path});
   print_table(rows);
-  for (const auto& ignored : o.deepspeed.ignored) std::printf("note: %s: %s\n", o.deepspeed.origin.c_str(), ignored.c_str());
+  for (const auto& ignored : o.deepspeed.ignored)
+    std::printf("note: %s: %s\n", o.deepspeed.origin.c_str(), ignored.c_str());
   if (!launch.warning.empty()) std::printf("warning: %s\n", launch.warning.c_str());
   std::fflush(stdout);
 }

@@ -52,7 +52,8 @@ Json layout_of(const ZeroReducer& r) {
   Json buckets = Json::array();
   for (const auto& b : r.buckets()) {
     Json members = Json::array();
-    for (size_t s = 0; s < b.plan.params.size(); ++s) members.push_back(Json::array({b.plan.params[s], b.plan.offsets[s]}));
+    for (size_t s = 0; s < b.plan.params.size(); ++s)
+      members.push_back(Json::array({b.plan.params[s], b.plan.offsets[s]}));
     buckets.push_back({{"numel", b.plan.numel}, {"padded_numel", b.padded_numel}, {"members", members}});
   }
   return buckets;
@@ -61,7 +62,9 @@ Json layout_of(const ZeroReducer& r) {
 Json parameters_of(const std::vector<std::string>& names, const std::vector<torch::Tensor>& params) {
   Json list = Json::array();
   for (size_t i = 0; i < params.size(); ++i)
-    list.push_back({{"name", names[i]}, {"shape", params[i].sizes().vec()}, {"dtype", std::string(c10::toString(params[i].scalar_type()))}});
+    list.push_back({{"name", names[i]},
+                    {"shape", params[i].sizes().vec()},
+                    {"dtype", std::string(c10::toString(params[i].scalar_type()))}});
   return list;
 }
 
@@ -78,7 +81,7 @@ struct Manifest {
   int world_size = 0;
   std::vector<ShardEntry> shards;  // by rank
   TrainingState training;
-  int64_t steps_taken = 0;         // optimizer steps: Adam's bias correction needs it
+  int64_t steps_taken = 0;  // optimizer steps: Adam's bias correction needs it
   std::vector<std::string> buffers;
 };
 
@@ -93,14 +96,15 @@ std::optional<Manifest> read_manifest(const std::string& path) {
   text << in.rdbuf();
   const std::string s = text.str();
   if (s.rfind("DDPWSNAP", 0) == 0)
-    throw Error("sharded snapshot '" + path + "' is a plain snapshot, written without ZeRO by " +
-                    [&] {
-                      const std::string w = snapshot_writer(path);
-                      return w.empty() ? std::string("a DDP program") : w;
-                    }() +
-                    ", not a sharded one; it was left untouched",
-                "give this run its own file with --snapshot PATH, or start it over with --fresh (its first save "
-                "then replaces the file)");
+    throw Error(
+        "sharded snapshot '" + path + "' is a plain snapshot, written without ZeRO by " +
+            [&] {
+              const std::string w = snapshot_writer(path);
+              return w.empty() ? std::string("a DDP program") : w;
+            }() +
+            ", not a sharded one; it was left untouched",
+        "give this run its own file with --snapshot PATH, or start it over with --fresh (its first save "
+        "then replaces the file)");
   Manifest m;
   try {
     m.json = Json::parse(s);
@@ -108,7 +112,7 @@ std::optional<Manifest> read_manifest(const std::string& path) {
       throw sharded_error(path, "is not the manifest of a ddp-workshop sharded snapshot");
     if (m.json.at("version").get<int64_t>() != kManifestVersion)
       throw sharded_error(path, "has manifest version " + m.json.at("version").dump() + ", expected " +
-                                     std::to_string(kManifestVersion));
+                                    std::to_string(kManifestVersion));
     m.generation = m.json.at("generation").get<int64_t>();
     m.world_size = m.json.at("world_size").get<int>();
     for (const auto& e : m.json.at("shards")) {
@@ -139,8 +143,8 @@ std::optional<Manifest> read_manifest(const std::string& path) {
     throw sharded_error(path, std::string("is not a readable manifest (") + e.what() + ")");
   }
   if (m.world_size < 1 || m.shards.size() != static_cast<size_t>(m.world_size))
-    throw sharded_error(path, "lists " + std::to_string(m.shards.size()) + " shards for " +
-                                   std::to_string(m.world_size) + " ranks");
+    throw sharded_error(
+        path, "lists " + std::to_string(m.shards.size()) + " shards for " + std::to_string(m.world_size) + " ranks");
   for (int r = 0; r < m.world_size; ++r)
     if (m.shards[r].rank != r) throw sharded_error(path, "lists its shards out of rank order");
   return m;
@@ -156,7 +160,8 @@ struct ShardContents {
 ShardContents read_shard(const std::string& path, const Manifest& m, int rank, const torch::Device& device) {
   const ShardEntry& entry = m.shards.at(rank);
   const std::string file = beside(path, entry.file);
-  const std::string who = "shard '" + file + "' (rank " + std::to_string(rank) + " of " + std::to_string(m.world_size) + ")";
+  const std::string who =
+      "shard '" + file + "' (rank " + std::to_string(rank) + " of " + std::to_string(m.world_size) + ")";
   std::optional<CheckedPayload> payload;
   try {
     payload = read_checked_file(file, kShardMagic, kShardVersion, "snapshot shard");
@@ -166,7 +171,7 @@ ShardContents read_shard(const std::string& path, const Manifest& m, int rank, c
   if (!payload) throw sharded_error(path, "lists a " + who + " that is missing");
   if (payload->crc != entry.crc)
     throw sharded_error(path, "has a " + who + " with checksum " + hex32(payload->crc) + " where the manifest lists " +
-                                   hex32(entry.crc) + ": it belongs to another save");
+                                  hex32(entry.crc) + ": it belongs to another save");
   torch::serialize::InputArchive archive;
   try {
     std::istringstream stream(payload->bytes);
@@ -210,13 +215,13 @@ void check_model(const std::string& path, const Manifest& m, const std::vector<s
   const auto& saved = m.json.at("parameters");
   if (saved.size() != params.size())
     throw sharded_error(path, "holds " + std::to_string(saved.size()) + " parameters, the model has " +
-                                   std::to_string(params.size()) + ": it was written by another model");
+                                  std::to_string(params.size()) + ": it was written by another model");
   for (size_t i = 0; i < params.size(); ++i) {
     const auto shape = saved[i].at("shape").get<std::vector<int64_t>>();
     if (saved[i].at("name").get<std::string>() != names[i] || shape != params[i].sizes().vec())
       throw sharded_error(path, "holds '" + saved[i].at("name").get<std::string>() + "' of shape " +
-                                     c10::str(c10::IntArrayRef(shape)) + " where the model has '" + names[i] +
-                                     "' of shape " + c10::str(params[i].sizes()) + ": it was written by another model");
+                                    c10::str(c10::IntArrayRef(shape)) + " where the model has '" + names[i] +
+                                    "' of shape " + c10::str(params[i].sizes()) + ": it was written by another model");
   }
   if (m.buffers != buffer_names(module))
     throw sharded_error(path, "holds other buffers than the model's: it was written by another model");
@@ -355,10 +360,12 @@ void save_sharded(const std::string& path, ShardedAdamW& optimizer, const Traini
     archive.write("rng/cpu", at::detail::getDefaultCPUGenerator().get_state());
 #ifdef DDPW_HAVE_CUDA
     const auto device = r.parameters()[0].device();
-    if (device.is_cuda()) archive.write("rng/cuda", at::cuda::detail::getDefaultCUDAGenerator(device.index()).get_state());
+    if (device.is_cuda())
+      archive.write("rng/cuda", at::cuda::detail::getDefaultCUDAGenerator(device.index()).get_state());
 #endif
     if (rank == 0)
-      for (const auto& b : r.module().named_buffers(true)) archive.write("buffer/" + b.key(), b.value(), /*is_buffer=*/true);
+      for (const auto& b : r.module().named_buffers(true))
+        archive.write("buffer/" + b.key(), b.value(), /*is_buffer=*/true);
     std::ostringstream stream;
     archive.save_to(stream);
     const std::string payload = stream.str();
@@ -382,8 +389,8 @@ void save_sharded(const std::string& path, ShardedAdamW& optimizer, const Traini
       manifest["generation"] = gen;
       manifest["world_size"] = world;
       manifest["zero_stage"] = r.stage();
-      manifest["training"] = {{"epochs_run", state.epochs_run}, {"step_in_epoch", state.step_in_epoch},
-                              {"world_size", state.world_size}};
+      manifest["training"] = {
+          {"epochs_run", state.epochs_run}, {"step_in_epoch", state.step_in_epoch}, {"world_size", state.world_size}};
       const auto& o = optimizer.options();
       manifest["optimizer"] = {{"type", o.decoupled_weight_decay ? "AdamW" : "Adam"},
                                {"steps_taken", optimizer.steps_taken()},
@@ -400,7 +407,8 @@ void save_sharded(const std::string& path, ShardedAdamW& optimizer, const Traini
         uint64_t bytes = 0;
         uint32_t crc = 0;
         report >> bytes >> crc;
-        shards.push_back({{"rank", k}, {"file", shard_name(path, gen, k, world)}, {"bytes", bytes}, {"crc32", hex32(crc)}});
+        shards.push_back(
+            {{"rank", k}, {"file", shard_name(path, gen, k, world)}, {"bytes", bytes}, {"crc32", hex32(crc)}});
       }
       manifest["shards"] = shards;
       write_file_atomically(path, manifest.dump(2) + "\n", "--snapshot");
@@ -426,12 +434,15 @@ std::optional<TrainingState> load_sharded(const std::string& path, ShardedAdamW&
     if (m && options) check_writer(path, *m, *options);
     if (m) check_model(path, *m, r.parameter_names(), r.parameters(), r.module());
   });
-  const auto seen = pg.all_gather_strings(problem ? "error" : m ? "generation " + std::to_string(m->generation) : "none");
+  const auto seen = pg.all_gather_strings(problem ? "error"
+                                          : m     ? "generation " + std::to_string(m->generation)
+                                                  : "none");
   agree(pg, problem);
   for (const auto& s : seen)
     if (s != seen[0])
-      throw Error("the ranks see different sharded snapshots at '" + path + "' (rank 0: " + seen[0] + ", another: " + s + ")",
-                  "put --snapshot on a filesystem that every node shares");
+      throw Error(
+          "the ranks see different sharded snapshots at '" + path + "' (rank 0: " + seen[0] + ", another: " + s + ")",
+          "put --snapshot on a filesystem that every node shares");
   if (!m) return std::nullopt;
 
   // Read (and check) before changing anything; then every rank agrees before anyone changes.
@@ -453,7 +464,7 @@ std::optional<TrainingState> load_sharded(const std::string& path, ShardedAdamW&
     params_whole = true;
     exp_avg = slices_of(r, rank, reassemble(*m, all, &ShardContents::exp_avg, like));
     exp_avg_sq = slices_of(r, rank, reassemble(*m, all, &ShardContents::exp_avg_sq, like));
-    auto buffers = std::move(all[0].buffers);  // rank 0's shard holds them
+    auto buffers = std::move(all[0].buffers);                // rank 0's shard holds them
     mine = std::move(all[rank < m->world_size ? rank : 0]);  // its RNG state: this rank's if it had one
     mine.buffers = std::move(buffers);
   });
@@ -488,9 +499,10 @@ std::optional<TrainingState> load_sharded(const std::string& path, ShardedAdamW&
   TrainingState state = m->training;
   if (state.world_size != world && state.step_in_epoch > 0) {
     if (rank == 0)
-      std::fprintf(stderr, "warning: sharded snapshot '%s' was taken by %lld rank(s) at step %lld of epoch %lld; with %d "
-                   "rank(s) the data shards differ, so epoch %lld restarts from its first step\n", path.c_str(),
-                   static_cast<long long>(state.world_size), static_cast<long long>(state.step_in_epoch),
+      std::fprintf(stderr,
+                   "warning: sharded snapshot '%s' was taken by %lld rank(s) at step %lld of epoch %lld; with %d "
+                   "rank(s) the data shards differ, so epoch %lld restarts from its first step\n",
+                   path.c_str(), static_cast<long long>(state.world_size), static_cast<long long>(state.step_in_epoch),
                    static_cast<long long>(state.epochs_run), world, static_cast<long long>(state.epochs_run));
     state.step_in_epoch = 0;
   }

@@ -95,7 +95,8 @@ std::vector<torch::Tensor> ZeroReducer::parameter_shards() {
 std::vector<torch::Tensor> ZeroReducer::gradient_shards() {
   std::vector<torch::Tensor> shards;
   for (auto& b : buckets_)
-    shards.push_back(options_.stage == 1 ? b.grads.narrow(0, pg_->rank() * b.shard_numel, b.shard_numel) : b.grad_shard);
+    shards.push_back(options_.stage == 1 ? b.grads.narrow(0, pg_->rank() * b.shard_numel, b.shard_numel)
+                                         : b.grad_shard);
   return shards;
 }
 

@@ -38,8 +38,8 @@
 namespace ddp {
 
 struct ZeroOptions {
-  int stage = 2;           // 1: optimizer state sharded; 2: gradients too
-  double bucket_mb = 25;   // as DDP's bucket_cap_mb (DeepSpeed: reduce_bucket_size)
+  int stage = 2;                  // 1: optimizer state sharded; 2: gradients too
+  double bucket_mb = 25;          // as DDP's bucket_cap_mb (DeepSpeed: reduce_bucket_size)
   bool broadcast_buffers = true;  // at construction
 };
 
@@ -50,14 +50,14 @@ ZeroOptions zero_options(const Options& options);
 // One flat bucket. Rank r owns elements [r * shard_numel, (r + 1) * shard_numel).
 struct ZeroBucket {
   BucketPlan plan;
-  int64_t padded_numel = 0;   // plan.numel rounded up to a multiple of the world size (zeros at the end)
-  int64_t shard_numel = 0;    // padded_numel / world size
-  torch::Tensor params;       // [padded_numel]: the module's parameters are views into it
-  torch::Tensor grads;        // stage 1: [padded_numel], .grad points into it; stage 2: only while it fills
-  torch::Tensor grad_shard;   // stage 2: [shard_numel], this rank's averaged gradients
-  torch::Tensor world_size;   // 0-dim, CPU, the bucket's dtype: gradients enter divided by it
+  int64_t padded_numel = 0;         // plan.numel rounded up to a multiple of the world size (zeros at the end)
+  int64_t shard_numel = 0;          // padded_numel / world size
+  torch::Tensor params;             // [padded_numel]: the module's parameters are views into it
+  torch::Tensor grads;              // stage 1: [padded_numel], .grad points into it; stage 2: only while it fills
+  torch::Tensor grad_shard;         // stage 2: [shard_numel], this rank's averaged gradients
+  torch::Tensor world_size;         // 0-dim, CPU, the bucket's dtype: gradients enter divided by it
   bool shard_has_gradient = false;  // stage 2: grad_shard holds gradients not yet zeroed
-  size_t pending = 0;         // parameters whose gradient is not in the bucket yet
+  size_t pending = 0;               // parameters whose gradient is not in the bucket yet
   c10::intrusive_ptr<c10d::Work> allreduce;  // stage 1
   ReduceScatter reduce_scatter;              // stage 2
 };
@@ -112,13 +112,13 @@ class ZeroReducer {
   std::vector<size_t> bucket_of_, slot_of_;  // parameter -> bucket, and its place in it
   std::vector<ZeroBucket> buckets_;
   std::vector<char> ready_;
-  std::deque<size_t> in_flight_;             // stage 2: buckets whose reduce-scatter runs, oldest first
-  size_t next_bucket_ = 0;                   // the next bucket to send, in order
+  std::deque<size_t> in_flight_;  // stage 2: buckets whose reduce-scatter runs, oldest first
+  size_t next_bucket_ = 0;        // the next bucket to send, in order
   bool in_backward_ = false;
   bool has_gradients_ = false;
   bool sync_enabled_ = true;
   std::shared_ptr<std::atomic<bool>> abandoned_ = std::make_shared<std::atomic<bool>>(false);
-  std::unique_ptr<GradientHooks> hooks_;     // last: destroyed first, so no hook runs on a half-gone engine
+  std::unique_ptr<GradientHooks> hooks_;  // last: destroyed first, so no hook runs on a half-gone engine
 };
 
 template <typename M>

@@ -63,7 +63,7 @@ class Trainer {
   }
 
   bool run_epoch(int64_t epoch) {  // false when a signal stopped it: the snapshot is then of this step
-    sampler_.set_epoch(epoch);  // a new shuffle every epoch, the same for the same seed
+    sampler_.set_epoch(epoch);     // a new shuffle every epoch, the same for the same seed
     ddp::set_learning_rate(*optimizer_, workload_.learning_rate(epoch));
     auto log = reporter_.begin_epoch(epoch, loader_, first_step_);
     for (int64_t step = first_step_; step < loader_.steps(); ++step) {

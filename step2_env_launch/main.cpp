@@ -8,17 +8,17 @@
 // (torchrun --max-restarts) resume. `scripts/diff-step 2` shows the answers.
 #include <torch/torch.h>
 
-#include "ddp/compute.h"         // defines: configure_compute (threads per rank, --deterministic)
-#include "ddp/data.h"            // defines: DistributedSampler (the data order), Loader (batches)
-#include "ddp/device.h"          // defines: choose_device, workers_per_node
+#include "ddp/compute.h"                    // defines: configure_compute (threads per rank, --deterministic)
+#include "ddp/data.h"                       // defines: DistributedSampler (the data order), Loader (batches)
+#include "ddp/device.h"                     // defines: choose_device, workers_per_node
 #include "ddp/distributed_data_parallel.h"  // defines: DistributedDataParallel
-#include "ddp/epoch_report.h"    // defines: EpochReporter (every line a rank prints, losses, metrics)
-#include "ddp/error.h"           // defines: run_main, exit codes
-#include "ddp/launch_env.h"      // defines: LaunchValues, check_launch (who am I)
-#include "ddp/options.h"         // defines: Options, parse_options
-#include "ddp/process_group.h"   // defines: ProcessGroup
-#include "ddp/run_report.h"      // defines: print_settings, print_rank_table
-#include "ddp/snapshot.h"        // defines: save_snapshot, load_snapshot
+#include "ddp/epoch_report.h"               // defines: EpochReporter (every line a rank prints, losses, metrics)
+#include "ddp/error.h"                      // defines: run_main, exit codes
+#include "ddp/launch_env.h"                 // defines: LaunchValues, check_launch (who am I)
+#include "ddp/options.h"                    // defines: Options, parse_options
+#include "ddp/process_group.h"              // defines: ProcessGroup
+#include "ddp/run_report.h"                 // defines: print_settings, print_rank_table
+#include "ddp/snapshot.h"                   // defines: save_snapshot, load_snapshot
 // TODO(step2): the launcher starts the processes: no spawn any more.
 #include "ddp/spawn.h"           // defines: spawn (start one worker per rank)
 #include "ddp/stop_agreement.h"  // defines: StopAgreement (all ranks stop at one step on SIGTERM/SIGUSR1)
@@ -70,7 +70,7 @@ class Trainer {
   }
 
   bool run_epoch(int64_t epoch) {  // false when a signal stopped it: the snapshot is then of this step
-    sampler_.set_epoch(epoch);  // a new shuffle every epoch, the same for the same seed
+    sampler_.set_epoch(epoch);     // a new shuffle every epoch, the same for the same seed
     ddp::set_learning_rate(*optimizer_, workload_.learning_rate(epoch));
     auto log = reporter_.begin_epoch(epoch, loader_, first_step_);
     for (int64_t step = first_step_; step < loader_.steps(); ++step) {

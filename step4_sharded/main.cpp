@@ -17,7 +17,7 @@
 #include "ddp/workload.h"        // defines: Workload (data, model, optimizer, loss)
 // TODO(step4): ZeRO's model wrapper, optimizer and snapshots instead of DDP's (start at ddp/zero_data_parallel.h).
 #include "ddp/distributed_data_parallel.h"  // defines: DistributedDataParallel
-#include "ddp/snapshot.h"        // defines: save_snapshot, load_snapshot
+#include "ddp/snapshot.h"                   // defines: save_snapshot, load_snapshot
 
 class Trainer {
  public:
@@ -65,7 +65,7 @@ class Trainer {
   }
 
   bool run_epoch(int64_t epoch) {  // false when a signal stopped it: the snapshot is then of this step
-    sampler_.set_epoch(epoch);  // a new shuffle every epoch, the same for the same seed
+    sampler_.set_epoch(epoch);     // a new shuffle every epoch, the same for the same seed
     // TODO(step4): the rate now changes every step (run_batch), not every epoch.
     ddp::set_learning_rate(*optimizer_, workload_.learning_rate(epoch));
     auto log = reporter_.begin_epoch(epoch, loader_, first_step_);
@@ -107,7 +107,7 @@ class Trainer {
 //   MASTER_PORT (its docs); mpirun OMPI_COMM_WORLD_RANK, _LOCAL_RANK, _SIZE (man mpirun). Hint: ddp::env.
 int worker(const ddp::Options& opt) {
   ddp::install_stop_signal_handlers();
-  ddp::LaunchValues me;  // who am I: what the launcher says (no launcher: rank 0 of 1)
+  ddp::LaunchValues me;    // who am I: what the launcher says (no launcher: rank 0 of 1)
   if (ddp::env("RANK")) {  // torchrun
     me.global_rank = ddp::env_int("RANK");
     me.local_rank = ddp::env_int("LOCAL_RANK");

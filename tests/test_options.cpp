@@ -98,8 +98,8 @@ TEST_F(OptionsTest, AnExplicitBatchSizeWins) {
 }
 
 TEST_F(OptionsTest, ValuesAtTheEdgesOfTheirRanges) {
-  const auto o = parse({"1", "1000000", "--batch-size", "1048576", "--threads", "1024", "--gamma", "1", "--lr",
-                        "0", "--seed", "18446744073709551615"});
+  const auto o = parse({"1", "1000000", "--batch-size", "1048576", "--threads", "1024", "--gamma", "1", "--lr", "0",
+                        "--seed", "18446744073709551615"});
   EXPECT_EQ(o.total_epochs, 1);
   EXPECT_EQ(o.save_every, 1000000);
   EXPECT_EQ(o.batch_size, 1 << 20);
@@ -109,8 +109,9 @@ TEST_F(OptionsTest, ValuesAtTheEdgesOfTheirRanges) {
 }
 
 TEST_F(OptionsTest, OutOfRangeNamesTheOptionAndTheRange) {
-  EXPECT_EXIT(parse({"0", "1"}), ExitedWithCode(2),
-              "prog: error: total_epochs: 0 is out of range \\(fix: give total_epochs a whole number from 1 to 1000000\\)");
+  EXPECT_EXIT(
+      parse({"0", "1"}), ExitedWithCode(2),
+      "prog: error: total_epochs: 0 is out of range \\(fix: give total_epochs a whole number from 1 to 1000000\\)");
   EXPECT_EXIT(parse({"5", "1000001"}), ExitedWithCode(2), "save_every: 1000001 is out of range");
   EXPECT_EXIT(parse({"5", "1", "--batch-size", "0"}), ExitedWithCode(2),
               "--batch-size: 0 is out of range \\(fix: give --batch-size a whole number from 1 to 1048576\\)");
@@ -123,8 +124,9 @@ TEST_F(OptionsTest, OutOfRangeNamesTheOptionAndTheRange) {
 }
 
 TEST_F(OptionsTest, ANonNumberSaysAWholeNumberIsExpected) {
-  EXPECT_EXIT(parse({"abc", "10"}), ExitedWithCode(2),
-              "total_epochs: 'abc' is not a whole number \\(fix: give total_epochs a whole number from 1 to 1000000\\)");
+  EXPECT_EXIT(
+      parse({"abc", "10"}), ExitedWithCode(2),
+      "total_epochs: 'abc' is not a whole number \\(fix: give total_epochs a whole number from 1 to 1000000\\)");
   EXPECT_EXIT(parse({"5.5", "10"}), ExitedWithCode(2), "total_epochs: '5.5' is not a whole number");
   EXPECT_EXIT(parse({"5", "1e3"}), ExitedWithCode(2), "save_every: '1e3' is not a whole number");
   EXPECT_EXIT(parse({"5", "1", "--batch-size", "x"}), ExitedWithCode(2), "--batch-size: 'x' is not a whole number");
@@ -206,7 +208,8 @@ TEST_F(OptionsTest, HelpStatesEachStepsDefaults) {
   const unsigned step1 = ddp::kTrainingOptions | ddp::kDistributedOptions | ddp::kSpawnOptions;
   const unsigned step2 = ddp::kTrainingOptions | ddp::kDistributedOptions;
   EXPECT_EXIT(help_to_stderr(step1), ExitedWithCode(0), "--master-port INT:INT in \\[1 - 65535\\][^=]");  // no "=0"
-  EXPECT_EXIT(help_to_stderr(step1), ExitedWithCode(0), "Rendezvous port on this node \\(default: a free port, chosen at start\\)");
+  EXPECT_EXIT(help_to_stderr(step1), ExitedWithCode(0),
+              "Rendezvous port on this node \\(default: a free port, chosen at start\\)");
   EXPECT_EXIT(help_to_stderr(step2), ExitedWithCode(0), "Rendezvous port \\(default: from the launcher\\)");
   EXPECT_EXIT(help_to_stderr(step2), ExitedWithCode(0),
               "Samples per step on each rank \\(default: 32 synthetic, 64 mnist/fashion-mnist\\)");
@@ -225,9 +228,7 @@ TEST_F(OptionsTest, UnwritableSnapshotOrMetricsStopsBeforeTraining) {
 }
 
 TEST_F(OptionsTest, TheWritabilityProbeLeavesFilesAsTheyWere) {
-  {
-    std::ofstream("m.csv") << "epoch\n0\n";
-  }
+  { std::ofstream("m.csv") << "epoch\n0\n"; }
   const auto o = parse({"5", "1", "--snapshot", "sub.pt", "--metrics", "m.csv"});
   EXPECT_EQ(o.metrics_path, "m.csv");
   EXPECT_FALSE(ddp::path_exists("sub.pt")) << "the probe must not create the snapshot";
@@ -248,16 +249,13 @@ TEST_F(OptionsTest, AnExistingMetricsFileThatCannotBeWrittenIsRefused) {
   EXPECT_EXIT(parse({"5", "1", "--metrics", "m.csv"}), ExitedWithCode(2), "--metrics 'm.csv' is a folder");
   EXPECT_EQ(::rmdir("m.csv"), 0);
 
-  {
-    std::ofstream("ro.csv") << "x\n";
-  }
+  { std::ofstream("ro.csv") << "x\n"; }
   ASSERT_EQ(::chmod("ro.csv", 0444), 0);
   ASSERT_EQ(::chmod(".", 0777), 0);  // the folder stays writable for that user: only the file is not
   EXPECT_EXIT(parse_as_nobody({"5", "1", "--snapshot", "s.pt", "--metrics", "ro.csv"}), ExitedWithCode(2),
               "--metrics 'ro.csv' cannot be written .*\\(fix: make it writable \\(chmod u\\+w ro.csv\\)");
   EXPECT_EQ(::unlink("ro.csv"), 0);
 }
-
 
 // ZeRO's options (kZeroOptions, step 4): the stage, and what of a DeepSpeed config applies at parse
 // time (the batch per rank, steps_per_print, the clipping the program reads). One process here.
@@ -274,7 +272,8 @@ class ZeroOptionsTest : public OptionsTest {
     OptionsTest::TearDown();
   }
   static ddp::Options parse_zero(std::vector<std::string> args, const std::string& kind = "solution",
-                                 unsigned groups = ddp::kTrainingOptions | ddp::kDistributedOptions | ddp::kZeroOptions) {
+                                 unsigned groups = ddp::kTrainingOptions | ddp::kDistributedOptions |
+                                                   ddp::kZeroOptions) {
     args.insert(args.begin(), "step4_sharded");
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
@@ -312,8 +311,9 @@ TEST_F(ZeroOptionsTest, TheConfigSetsTheBatchThePrintIntervalAndTheClipping) {
 // The exercise as shipped does not offer them: the step 4 command line names the TODO to complete.
 TEST_F(ZeroOptionsTest, TheExerciseNamesItsTodo) {
   const unsigned step3_groups = ddp::kTrainingOptions | ddp::kDistributedOptions;
-  EXPECT_EXIT(parse_zero({"5", "1", "--zero", "2"}, "exercise", step3_groups), ExitedWithCode(2),
-              "fix: complete TODO\\(step4\\) in step4_sharded/main.cpp: offer the ZeRO options \\(ddp::kZeroOptions\\)");
+  EXPECT_EXIT(
+      parse_zero({"5", "1", "--zero", "2"}, "exercise", step3_groups), ExitedWithCode(2),
+      "fix: complete TODO\\(step4\\) in step4_sharded/main.cpp: offer the ZeRO options \\(ddp::kZeroOptions\\)");
   EXPECT_EXIT(parse_zero({"5", "1", "--deepspeed-config", config_}, "solution", step3_groups), ExitedWithCode(2),
               "--zero and --deepspeed-config are ZeRO's: run step4_sharded");
 }

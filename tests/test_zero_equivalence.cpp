@@ -63,7 +63,10 @@ torch::Tensor shard(const torch::Tensor& t, int rank, int world) {
 const ddp::AdamOptions kAdam{2e-3, 0.8, 0.999, 1e-8, 0.01, true};
 
 torch::optim::AdamWOptions libtorch_adamw() {
-  return torch::optim::AdamWOptions(kAdam.lr).betas({kAdam.beta1, kAdam.beta2}).eps(kAdam.eps).weight_decay(kAdam.weight_decay);
+  return torch::optim::AdamWOptions(kAdam.lr)
+      .betas({kAdam.beta1, kAdam.beta2})
+      .eps(kAdam.eps)
+      .weight_decay(kAdam.weight_decay);
 }
 
 // This rank's slice of bucket k of a DDP optimizer's moment, cut as ZeRO cuts its buckets.
@@ -73,17 +76,18 @@ torch::Tensor reference_slice(const ddp::ZeroBucket& b, int rank, const std::vec
   for (size_t s = 0; s < b.plan.params.size(); ++s) {
     const auto& p = ddp_params[b.plan.params[s]];
     auto& state = static_cast<torch::optim::AdamWParamState&>(*ref.state().at(p.unsafeGetTensorImpl()));
-    flat.narrow(0, b.plan.offsets[s], p.numel()).copy_((second_moment ? state.exp_avg_sq() : state.exp_avg()).reshape({-1}));
+    flat.narrow(0, b.plan.offsets[s], p.numel())
+        .copy_((second_moment ? state.exp_avg_sq() : state.exp_avg()).reshape({-1}));
   }
   return flat.narrow(0, rank * b.shard_numel, b.shard_numel);
 }
 
 struct Variant {
   int stage = 1;
-  int micro_batches = 1;   // > 1: all but the last under no_sync()
-  double clip = 0;         // > 0: clip by the global norm before each step
+  int micro_batches = 1;  // > 1: all but the last under no_sync()
+  double clip = 0;        // > 0: clip by the global norm before each step
   bool grads_to_none = true;
-  bool no_sync = true;     // false: every micro-batch's backward communicates, and the results add up
+  bool no_sync = true;  // false: every micro-batch's backward communicates, and the results add up
 };
 
 int zero_equals_ddp(int rank, std::shared_ptr<ddp::ProcessGroup> pg, Variant v) {
@@ -150,15 +154,21 @@ int zero_equals_ddp(int rank, std::shared_ptr<ddp::ProcessGroup> pg, Variant v) 
   const auto& buckets = zero.reducer()->buckets();
   for (size_t k = 0; k < buckets.size(); ++k) {
     const auto params = ddp_net->parameters();
-    moment_diff = std::max(moment_diff, (optimizer.exp_avg_shards()[k] - reference_slice(buckets[k], rank, params, reference, false))
-                                            .abs().max().item<double>());
-    moment_diff = std::max(moment_diff, (optimizer.exp_avg_sq_shards()[k] - reference_slice(buckets[k], rank, params, reference, true))
-                                            .abs().max().item<double>());
+    moment_diff = std::max(moment_diff,
+                           (optimizer.exp_avg_shards()[k] - reference_slice(buckets[k], rank, params, reference, false))
+                               .abs()
+                               .max()
+                               .item<double>());
+    moment_diff = std::max(
+        moment_diff, (optimizer.exp_avg_sq_shards()[k] - reference_slice(buckets[k], rank, params, reference, true))
+                         .abs()
+                         .max()
+                         .item<double>());
   }
-  std::printf("rank %d of %d, ZeRO-%d, %d micro-batch(es), clip %g: max |ZeRO - DDP| = %.3g (moments %.3g) after %d "
-              "steps; clipped in %d steps, norms differ by %.3g (relative)\n",
-              rank, world, v.stage, v.micro_batches, v.clip, diff, moment_diff, kSteps, clipped_steps,
-              worst_norm_difference);
+  std::printf(
+      "rank %d of %d, ZeRO-%d, %d micro-batch(es), clip %g: max |ZeRO - DDP| = %.3g (moments %.3g) after %d "
+      "steps; clipped in %d steps, norms differ by %.3g (relative)\n",
+      rank, world, v.stage, v.micro_batches, v.clip, diff, moment_diff, kSteps, clipped_steps, worst_norm_difference);
   bool ok = diff <= kTolerance && moment_diff <= kTolerance && worst_norm_difference <= 1e-12;
   if (v.clip > 0 && clipped_steps < kSteps / 2) {
     std::fprintf(stderr, "rank %d: clipping happened in only %d of %d steps: the test would prove little\n", rank,
@@ -177,7 +187,6 @@ constexpr double kClip = 0.05;  // below the gradient norm of most steps here: c
 int run(int world, Variant v) {
   return ddp_test::run_ranks(world, [v](int rank, auto pg) { return zero_equals_ddp(rank, pg, v); });
 }
-
 
 // Each stage with 2 and 3 ranks, with and without clipping, with no_sync() accumulation, and with
 // gradients zeroed in place (under ZeRO-1 .grad lives in the buckets).
@@ -208,11 +217,12 @@ TEST(ZeroEquivalence, EachRankHoldsItsShareOfTheState) {
                                   for (const auto& b : zero.reducer()->buckets()) padded += b.padded_numel;
                                   for (const auto& g : zero.reducer()->gradient_shards()) grad_bytes += g.nbytes();
                                   const int64_t full_state = 2 * numel * 8;  // AdamW: two float64 moments
-                                  std::printf("rank %d: optimizer state %lld bytes, 1/3 of the full %lld is %lld; "
-                                              "gradient shards %lld bytes\n",
-                                              rank, static_cast<long long>(optimizer.state_bytes()),
-                                              static_cast<long long>(full_state), static_cast<long long>(full_state / 3),
-                                              static_cast<long long>(grad_bytes));
+                                  std::printf(
+                                      "rank %d: optimizer state %lld bytes, 1/3 of the full %lld is %lld; "
+                                      "gradient shards %lld bytes\n",
+                                      rank, static_cast<long long>(optimizer.state_bytes()),
+                                      static_cast<long long>(full_state), static_cast<long long>(full_state / 3),
+                                      static_cast<long long>(grad_bytes));
                                   const bool state_ok = optimizer.state_bytes() == 2 * padded / 3 * 8 &&
                                                         optimizer.state_bytes() - full_state / 3 < 2 * 3 * 8 * 3;
                                   const bool grads_ok = grad_bytes == padded / 3 * 8;
@@ -257,49 +267,53 @@ bool fails_with(const std::function<void()>& f, const char* expected) {
 }
 
 TEST(ZeroEquivalence, MisuseIsAnErrorNamingTheFix) {
-  EXPECT_EQ(ddp_test::run_ranks(2,
-                                [](int rank, auto pg) {
-                                  bool ok = fails_with([&] { ddp::ZeroDataParallel<MlpImpl>(make_mlp(1), pg, {3}); },
-                                                       "ZeRO stage 3 is not available");
-                                  auto net = make_mlp(1, /*with_unused=*/true);
-                                  ddp::ZeroDataParallel<MlpImpl> zero(net, pg, {2, 0.02, true});
-                                  ddp::ShardedAdamW optimizer(zero, kAdam);
-                                  ok &= fails_with([&] { optimizer.step(); }, "without a synchronized backward");
-                                  auto [x, y] = batch(0);
-                                  ok &= fails_with([&] { torch::mse_loss(zero->forward(shard(x, rank, 2)), shard(y, rank, 2)).backward(); },
-                                                   "unused.weight");
-                                  {
-                                    auto no_sync = zero.no_sync();
-                                    torch::mse_loss(zero->forward(shard(x, rank, 2)), shard(y, rank, 2)).backward();
-                                  }
-                                  ok &= fails_with([&] { optimizer.step(); }, "without a synchronized backward");  // no_sync only
-                                  return ok ? 0 : 1;
-                                }),
+  EXPECT_EQ(ddp_test::run_ranks(
+                2,
+                [](int rank, auto pg) {
+                  bool ok = fails_with([&] { ddp::ZeroDataParallel<MlpImpl>(make_mlp(1), pg, {3}); },
+                                       "ZeRO stage 3 is not available");
+                  auto net = make_mlp(1, /*with_unused=*/true);
+                  ddp::ZeroDataParallel<MlpImpl> zero(net, pg, {2, 0.02, true});
+                  ddp::ShardedAdamW optimizer(zero, kAdam);
+                  ok &= fails_with([&] { optimizer.step(); }, "without a synchronized backward");
+                  auto [x, y] = batch(0);
+                  ok &= fails_with(
+                      [&] { torch::mse_loss(zero->forward(shard(x, rank, 2)), shard(y, rank, 2)).backward(); },
+                      "unused.weight");
+                  {
+                    auto no_sync = zero.no_sync();
+                    torch::mse_loss(zero->forward(shard(x, rank, 2)), shard(y, rank, 2)).backward();
+                  }
+                  ok &= fails_with([&] { optimizer.step(); }, "without a synchronized backward");  // no_sync only
+                  return ok ? 0 : 1;
+                }),
             0);
 }
 
 // A pass that fails after part of the gradients were reduce-scattered cannot be forgotten: the next
 // backward says the ranks are out of step; the one after works.
 TEST(ZeroEquivalence, Zero2BackwardInterruptedAfterBucketsSentIsAnError) {
-  EXPECT_EQ(ddp_test::run_ranks(2,
-                                [](int rank, auto pg) {
-                                  auto net = make_mlp(7);
-                                  ddp::ZeroDataParallel<MlpImpl> zero(net, pg, {2, 0.02, true});
-                                  ddp::ShardedAdamW optimizer(zero, kAdam);
-                                  auto [x, y] = batch(0);
-                                  const auto xs = shard(x, rank, 2), ys = shard(y, rank, 2);
-                                  auto h2 = torch::tanh(net->l2(torch::tanh(net->l1(xs))));
-                                  h2.register_hook([](torch::Tensor) -> torch::Tensor { throw std::runtime_error("injected failure"); });
-                                  bool ok = fails_with([&] { torch::mse_loss(net->l4(torch::tanh(net->l3(h2))), ys).backward(); },
-                                                       "injected failure");
-                                  optimizer.zero_grad();
-                                  ok &= fails_with([&] { torch::mse_loss(zero->forward(xs), ys).backward(); }, "out of step");
-                                  optimizer.zero_grad();
-                                  torch::mse_loss(zero->forward(xs), ys).backward();
-                                  optimizer.step();
-                                  return ok ? 0 : 1;
-                                }),
-            0);
+  EXPECT_EQ(
+      ddp_test::run_ranks(
+          2,
+          [](int rank, auto pg) {
+            auto net = make_mlp(7);
+            ddp::ZeroDataParallel<MlpImpl> zero(net, pg, {2, 0.02, true});
+            ddp::ShardedAdamW optimizer(zero, kAdam);
+            auto [x, y] = batch(0);
+            const auto xs = shard(x, rank, 2), ys = shard(y, rank, 2);
+            auto h2 = torch::tanh(net->l2(torch::tanh(net->l1(xs))));
+            h2.register_hook([](torch::Tensor) -> torch::Tensor { throw std::runtime_error("injected failure"); });
+            bool ok = fails_with([&] { torch::mse_loss(net->l4(torch::tanh(net->l3(h2))), ys).backward(); },
+                                 "injected failure");
+            optimizer.zero_grad();
+            ok &= fails_with([&] { torch::mse_loss(zero->forward(xs), ys).backward(); }, "out of step");
+            optimizer.zero_grad();
+            torch::mse_loss(zero->forward(xs), ys).backward();
+            optimizer.step();
+            return ok ? 0 : 1;
+          }),
+      0);
 }
 
 }  // namespace zero_equivalence

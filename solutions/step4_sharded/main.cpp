@@ -16,9 +16,9 @@
 #include "ddp/stop_agreement.h"  // defines: StopAgreement (all ranks stop at one step on SIGTERM/SIGUSR1)
 #include "ddp/workload.h"        // defines: Workload (data, model, optimizer, loss)
 // TODO(step4): ZeRO's model wrapper, optimizer and snapshots instead of DDP's (start at ddp/zero_data_parallel.h).
-#include "ddp/sharded_snapshot.h"  // defines: ShardedAdamW, save/load_sharded_snapshot (a shard per rank)
+#include "ddp/sharded_snapshot.h"    // defines: ShardedAdamW, save/load_sharded_snapshot (a shard per rank)
 #include "ddp/zero_data_parallel.h"  // defines: ZeroDataParallel, zero_options
-#include "ddp/zero_settings.h"   // defines: learning_rate_at (DeepSpeed's WarmupLR)
+#include "ddp/zero_settings.h"       // defines: learning_rate_at (DeepSpeed's WarmupLR)
 
 class Trainer {
  public:
@@ -68,7 +68,7 @@ class Trainer {
   }
 
   bool run_epoch(int64_t epoch) {  // false when a signal stopped it: the snapshot is then of this step
-    sampler_.set_epoch(epoch);  // a new shuffle every epoch, the same for the same seed
+    sampler_.set_epoch(epoch);     // a new shuffle every epoch, the same for the same seed
     // TODO(step4): the rate now changes every step (run_batch), not every epoch.
     auto log = reporter_.begin_epoch(epoch, loader_, first_step_);
     for (int64_t step = first_step_; step < loader_.steps(); ++step) {
@@ -108,7 +108,7 @@ class Trainer {
 //   MASTER_PORT (its docs); mpirun OMPI_COMM_WORLD_RANK, _LOCAL_RANK, _SIZE (man mpirun). Hint: ddp::env.
 int worker(const ddp::Options& opt) {
   ddp::install_stop_signal_handlers();
-  ddp::LaunchValues me;  // who am I: what the launcher says (no launcher: rank 0 of 1)
+  ddp::LaunchValues me;    // who am I: what the launcher says (no launcher: rank 0 of 1)
   if (ddp::env("RANK")) {  // torchrun
     me.global_rank = ddp::env_int("RANK");
     me.local_rank = ddp::env_int("LOCAL_RANK");
