@@ -14,8 +14,9 @@
 #   DDPW_CLUSTER_GPUS=N      GPUs per node for Slurm's bookkeeping (default 4): many jobs on one node
 #   DDPW_CLUSTER_USERS=1     non-root users may submit: DIR, its config and the MUNGE socket are
 #                            readable by all (not the key), and inside the nodes the paths of
-#                            DDPW_CLUSTER_SHARE (colon-separated, e.g. a venv under /root) are visible
-#                            to them under the same names (/root is 0700 on the host).
+#                            DDPW_CLUSTER_SHARE (colon-separated folders, e.g. a venv under /root or
+#                            under a mktemp -d home) are visible to them under the same names, also
+#                            when a folder on their way is closed to others (/root is 0700).
 # Afterwards: source DIR/env (sets SLURM_CONF); tear down with cluster-down.sh DIR.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -185,20 +186,37 @@ echo "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSu
 export SLURM_CONF=$dir/etc/slurm.conf
 echo "export SLURM_CONF=$SLURM_CONF" > "$dir/env"
 
-# ---- paths under /root that the users' jobs need (netns nodes only): inside each node's mount
-# namespace /root becomes a readable folder holding just those paths, bound from the real ones.
+# ---- paths the users' jobs need that lie in a folder only root may enter (a venv under /root, a
+# set-up home made by mktemp -d; netns nodes only): inside each node's mount namespace that folder
+# becomes a readable one holding just those paths, bound from the real ones.
+# private_folder PATH: the outermost folder on the way to PATH that others may not enter; none: "".
+private_folder() {
+  local part walked="" parts perm
+  IFS=/ read -r -a parts <<< "${1#/}"
+  for part in "${parts[@]}"; do
+    walked+=/$part
+    perm=$(stat -c %A "$walked")
+    case ${perm:9:1} in x | t) ;; *) echo "$walked"; return 0 ;; esac
+  done
+}
 share_root=""
 if [ "$users" = 1 ] && [ "$mode" = netns ] && [ -n "${DDPW_CLUSTER_SHARE:-}" ]; then
-  view=$dir/root-view
-  mkdir -p "$view" && chmod 0755 "$view"
+  declare -A views=()
   IFS=: read -r -a shared <<< "$DDPW_CLUSTER_SHARE"
   for path in "${shared[@]}"; do
-    case $path in /root/?*) ;; *) die "DDPW_CLUSTER_SHARE: '$path' is not under /root" ;; esac
-    [ -e "$path" ] || die "DDPW_CLUSTER_SHARE: '$path' does not exist"
-    (umask 022 && mkdir -p "$view/${path#/root/}")
-    share_root+="mount --bind '$path' '$view/${path#/root/}' && "
+    [ -d "$path" ] || die "DDPW_CLUSTER_SHARE: '$path' is not a folder"
+    private=$(private_folder "$path")
+    [ -n "$private" ] || continue  # others may reach it already
+    [ "$private" != "$path" ] || die "DDPW_CLUSTER_SHARE: '$path' itself is closed to others: share what is inside it"
+    if [ -z "${views[$private]:-}" ]; then
+      views[$private]=$dir/view${#views[@]}
+      mkdir -p "${views[$private]}" && chmod 0755 "${views[$private]}"
+    fi
+    inside=${views[$private]}/${path#"$private"/}
+    (umask 022 && mkdir -p "$inside")
+    share_root+="mount --bind '$path' '$inside' && "
   done
-  share_root+="mount --rbind '$view' /root &&"
+  for private in "${!views[@]}"; do share_root+="mount --rbind '${views[$private]}' '$private' && "; done
 fi
 
 # ---- daemons

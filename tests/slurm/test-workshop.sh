@@ -28,13 +28,12 @@ job_bound=${DDPW_WORKSHOP_JOB_BOUND:-200}   # seconds from submission to the end
 started=$SECONDS
 
 # Inside the nodes the learners' jobs need the torch environment (torchrun, LibTorch), which may
-# live under /root: share it, the Python install its venv points to, and the programs' LibTorch
-# folder if it lies elsewhere under /root.
+# lie in a folder only root may enter (/root, a mktemp -d set-up home): share it, the Python install
+# its venv points to, and the programs' LibTorch folder (cluster-up.sh opens the closed ones).
 share=()
 python=$(readlink -f "$DDPW_TEST_TORCH_BIN/python3")
 for path in "${DDPW_TEST_TORCH_BIN%/bin}" "${python%/bin/*}" $(readelf -d "$DDPW_BIN/solutions/step2_env_launch" |
                                              sed -nE 's/.*R(UN)?PATH.*\[(.*)\]/\2/p' | tr ':' ' '); do
-  case $path in /root/?*) ;; *) continue ;; esac
   inside=0
   for s in "${share[@]}"; do case $path/ in "$s"/*) inside=1 ;; esac; done
   [ $inside = 1 ] || [ ! -e "$path" ] || share+=("$path")
