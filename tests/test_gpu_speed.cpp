@@ -50,8 +50,10 @@ double worst_difference(const std::vector<torch::Tensor>& a, const std::vector<t
 
 }  // namespace
 
-// Gather, uint8 -> float and normalisation on the GPU give the CPU's batches bit for bit (each is
-// one correctly rounded operation per element), across an epoch change and a short last batch.
+// The GPU cuts the CPU's batches: the same images in the same order, across an epoch change and a
+// short last batch. Gather and uint8 -> float are exact on both; the normalisation may differ by one
+// rounding, because CUDA divides by a scalar as a multiplication by its reciprocal and the CPU
+// divides (measured on an H100: not bit for bit), so the inputs are compared within 2 ulp.
 TEST(GpuSpeed, LoaderBatchesOnTheGpuEqualTheCpuOnes) {
   REQUIRE_GPU_FOR_SPEED();
   const auto device = ddp::choose_device("cuda", 0);
@@ -63,7 +65,8 @@ TEST(GpuSpeed, LoaderBatchesOnTheGpuEqualTheCpuOnes) {
     for (int64_t step = 0; step < on_gpu.steps(); ++step) {
       const auto g = on_gpu.batch(step), c = on_cpu.batch(step);
       ASSERT_TRUE(g.input.is_cuda());
-      EXPECT_TRUE(torch::equal(g.input.cpu(), c.input)) << "epoch " << epoch << " step " << step;
+      EXPECT_TRUE(torch::allclose(g.input.cpu(), c.input, /*rtol=*/2.5e-7, /*atol=*/1e-7))
+          << "epoch " << epoch << " step " << step << ": " << (g.input.cpu() - c.input).abs().max().item<float>();
       EXPECT_TRUE(torch::equal(g.target.cpu(), c.target)) << "epoch " << epoch << " step " << step;
     }
   }
