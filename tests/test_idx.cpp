@@ -225,9 +225,11 @@ TEST_F(IdxTest, LabelOutsideTheTenClasses) {
   expect_error(ddp::Split::kTrain, "train-labels-idx1-ubyte", "label 10");
 }
 
-// The real thing, when installed (apt-get install dataset-fashion-mnist).
+// The real thing, when installed (apt-get install dataset-fashion-mnist, or a copy of its files in
+// the folder DDPW_FASHION_MNIST names, as the integration tests take it).
 TEST(IdxFashionMnist, LoadsTheInstalledDataset) {
-  const std::string dir = "/usr/share/datasets/fashion-mnist";
+  const char* copy = std::getenv("DDPW_FASHION_MNIST");
+  const std::string dir = copy && *copy ? copy : "/usr/share/datasets/fashion-mnist";
   if (!exists(dir + "/train-images-idx3-ubyte.gz") && !exists(dir + "/train-images-idx3-ubyte"))
     GTEST_SKIP() << "Fashion-MNIST is not installed in " << dir;
   const auto start = std::chrono::steady_clock::now();

@@ -8,9 +8,9 @@
 # a single epoch (the thread count, the LibTorch version).
 source "$(dirname "$0")/lib.sh"
 command -v torchrun >/dev/null || fail "torchrun not found"
-[ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || fail "Fashion-MNIST missing (apt-get install dataset-fashion-mnist)"
+require_fashion_mnist
 DDPW_TEST_TIMEOUT=900 run_logged out.log torchrun --standalone --nproc_per_node=2 --no-python \
-  "$BIN/solutions/step2_env_launch" 1 1 --dataset fashion-mnist --batch-size 32 --threads 1 --device cpu \
+  "$BIN/solutions/step2_env_launch" 1 1 --dataset fashion-mnist --data-dir "$FASHION" --batch-size 32 --threads 1 --device cpu \
   --metrics metrics.csv || { tail -n 30 out.log; fail "training failed"; }
 accuracy=$(awk -F, 'NR == 2 { print $7 }' metrics.csv)
 [ -n "$accuracy" ] || fail "no metrics row"

@@ -17,6 +17,14 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 pass() { echo "PASS: $*"; }
 
+# Fashion-MNIST's folder: the Debian package's, or DDPW_FASHION_MNIST (a copy of its four .gz files,
+# e.g. on a machine without the package).
+FASHION=${DDPW_FASHION_MNIST:-/usr/share/datasets/fashion-mnist}
+require_fashion_mnist() {
+  [ -f "$FASHION/train-images-idx3-ubyte.gz" ] || fail "Fashion-MNIST missing in $FASHION" \
+    "(apt-get install dataset-fashion-mnist, or set DDPW_FASHION_MNIST to a folder with its .gz files)"
+}
+
 # Runs a command with a hard time limit, output to a log; returns its exit code.
 run_logged() {
   local log=$1; shift

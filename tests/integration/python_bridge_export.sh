@@ -8,10 +8,9 @@
 # shared cores; 60000 is the full epoch, ~70 s alone on the course machine, minutes under load).
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/python_bridge_lib.sh"
-[ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] ||
-  fail "Fashion-MNIST missing (apt-get install dataset-fashion-mnist)"
+require_fashion_mnist
 train_samples=${DDPW_BRIDGE_TRAIN_SAMPLES:-12000}
-data=/usr/share/datasets/fashion-mnist
+data=$FASHION
 if [ "$train_samples" -lt 60000 ]; then
   data=subset
   make_fashion_subset "$data" "$train_samples" 10000

@@ -7,18 +7,19 @@
 # data follow: its first epoch's loss is the noise floor (1e-4), not the seeded start's.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/python_bridge_lib.sh"
-[ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] ||
-  fail "Fashion-MNIST missing (apt-get install dataset-fashion-mnist)"
+require_fashion_mnist
 
-run_logged pretrain.log "$PY" "$DDPW_ROOT/python/pretrain.py" pretrained.pt --dataset fashion-mnist --steps 20 \
-  --threads 2 || { cat pretrain.log; fail "python/pretrain.py failed"; }
+run_logged pretrain.log "$PY" "$DDPW_ROOT/python/pretrain.py" pretrained.pt --dataset fashion-mnist --data-dir "$FASHION" \
+  --steps 20 --threads 2 || { cat pretrain.log; fail "python/pretrain.py failed"; }
 "$PY" -c 'import collections, sys, torch
 sd = torch.load(sys.argv[1], weights_only=True)
 assert type(sd) is collections.OrderedDict and hasattr(sd, "_metadata"), type(sd)' pretrained.pt ||
   fail "pretrain.py did not save a state_dict() OrderedDict"
-run_logged py.log "$PY" "$DDPW_ROOT/python/evaluate.py" pretrained.pt --dataset fashion-mnist --threads 2 ||
+run_logged py.log "$PY" "$DDPW_ROOT/python/evaluate.py" pretrained.pt --dataset fashion-mnist --data-dir "$FASHION" \
+  --threads 2 ||
   { cat py.log; fail "python/evaluate.py failed"; }
-run_logged cpp.log "$BIN/model_weights" --dataset fashion-mnist --init-weights pretrained.pt --threads 2 ||
+run_logged cpp.log "$BIN/model_weights" --dataset fashion-mnist --data-dir "$FASHION" --init-weights pretrained.pt \
+  --threads 2 ||
   { cat cpp.log; fail "model_weights --init-weights failed"; }
 grep -E '^(first batch|test loss|.*checksum)' py.log cpp.log
 

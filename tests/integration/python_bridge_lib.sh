@@ -21,10 +21,9 @@ within() {
 make_fashion_subset() {
   local out=$1 train=$2 test=$3
   mkdir -p "$out"
-  "$PY" - "$out" "$train" "$test" <<'PY'
+  "$PY" - "$FASHION" "$out" "$train" "$test" <<'PY'
 import gzip, struct, sys
-out, n_train, n_test = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-src = "/usr/share/datasets/fashion-mnist"
+src, out, n_train, n_test = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 for prefix, n in (("train", n_train), ("t10k", n_test)):
     for kind, item in (("images-idx3-ubyte", 28 * 28), ("labels-idx1-ubyte", 1)):
         data = gzip.open(f"{src}/{prefix}-{kind}.gz").read()

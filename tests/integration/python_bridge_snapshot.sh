@@ -7,8 +7,7 @@
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/python_bridge_lib.sh"
 command -v torchrun >/dev/null || fail "torchrun not found"
-[ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] ||
-  fail "Fashion-MNIST missing (apt-get install dataset-fashion-mnist)"
+require_fashion_mnist
 make_fashion_subset subset 2000 500
 
 run_logged train.log torchrun --standalone --nproc_per_node=2 --no-python "$BIN/solutions/step2_env_launch" 1 1 \
