@@ -24,8 +24,9 @@ using std::chrono::milliseconds;
 
 struct Attempt {
   bool connected = false;
-  bool unresolvable = false;  // the name does not exist: retrying will not help
-  std::string reason;         // why it failed, e.g. "Connection refused"
+  bool unresolvable = false;   // the name does not exist: retrying will not help
+  bool lookup_failed = false;  // no answer about the name (EAI_AGAIN): the name server may come back
+  std::string reason;          // why it failed, e.g. "Connection refused"
 };
 
 // One TCP connect to host:port, given at most `limit` to complete.
@@ -36,7 +37,7 @@ Attempt try_connect(const std::string& host, int port, milliseconds limit) {
   addrinfo* found = nullptr;
   const int rc = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found);
   if (rc != 0)
-    return {false, rc == EAI_NONAME || rc == EAI_FAIL,
+    return {false, rc == EAI_NONAME || rc == EAI_FAIL, true,
             std::string("cannot resolve the host name: ") + gai_strerror(rc)};
   std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> owned(found, &::freeaddrinfo);
 
@@ -58,7 +59,7 @@ Attempt try_connect(const std::string& host, int port, milliseconds limit) {
         error = errno;
     }
     ::close(fd);  // a connect-and-close is harmless to the rendezvous server
-    if (error == 0) return {true, false, ""};
+    if (error == 0) return {true, false, false, ""};
     attempt.reason = std::strerror(error);
   }
   return attempt;
@@ -105,11 +106,14 @@ double wait_for_master(const ddp::LaunchEnv& launch, milliseconds timeout) {
   const bool refused = last.reason == std::strerror(ECONNREFUSED);
   throw ddp::Error(
       who + " could not reach the master " + where + " within " + waited + ": " + last.reason,
-      refused ? "nothing listens there: start rank 0 on that host with the same MASTER_PORT; under Slurm "
-                "MASTER_ADDR is the job's first node (scontrol show hostnames $SLURM_JOB_NODELIST | head -n 1); "
-                "--rendezvous-timeout sets how long to wait"
-              : "no answer from that address: check MASTER_ADDR is rank 0's node on a network all nodes "
-                "share, and that no firewall blocks MASTER_PORT; --rendezvous-timeout sets how long to wait");
+      last.lookup_failed
+          ? "the name server gave no answer for that name: set MASTER_ADDR (or --master-addr) to rank 0's IP "
+            "address, or to a name this node resolves (getent hosts NAME)"
+      : refused ? "nothing listens there: start rank 0 on that host with the same MASTER_PORT; under Slurm "
+                  "MASTER_ADDR is the job's first node (scontrol show hostnames $SLURM_JOB_NODELIST | head -n 1); "
+                  "--rendezvous-timeout sets how long to wait"
+                : "no answer from that address: check MASTER_ADDR is rank 0's node on a network all nodes "
+                  "share, and that no firewall blocks MASTER_PORT; --rendezvous-timeout sets how long to wait");
 }
 
 void check_master_is_here(const ddp::LaunchEnv& launch) {
