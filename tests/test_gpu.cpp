@@ -10,36 +10,27 @@
 //   * hello: one NCCL rank ends cleanly (no "destroy_process_group() was not called"), two ranks
 //     on one GPU print the bus-id table and the FAILED sharing line before any NCCL collective;
 //   * two GPUs: NCCL sums exactly, and a peer that dies becomes our error, not a SIGABRT.
-#include <arpa/inet.h>
+// ZeRO, sharded snapshots and the trainer on CUDA are in test_gpu_zero.cpp, the speed paths in
+// test_gpu_speed.cpp; the helpers this file and test_gpu_zero.cpp share in gpu_test_support.h.
 #include <gtest/gtest.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <spawn.h>
-#include <stdlib.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <torch/torch.h>
 #include <unistd.h>
 
 #include <chrono>
-#include <cstdint>
 #include <cstdio>
-#include <fstream>
-#include <random>
 #include <regex>
-#include <sstream>
 #include <string>
 #include <thread>
-#include <vector>
 
 #include "ddp/device.h"
 #include "ddp/distributed_data_parallel.h"
 #include "ddp/error.h"
-#include "ddp/files.h"
 #include "ddp/process_group.h"
 #include "ddp_scenarios.h"
 #include "diagnostics/allreduce_pattern.h"
+#include "gpu_test_support.h"
 #include "multiprocess.h"
 
 #ifdef DDPW_HAVE_CUDA
@@ -47,93 +38,7 @@
 #include <ATen/cuda/Sleep.h>      // defines: at::cuda::sleep, a kernel that spins for a number of cycles
 #endif
 
-namespace {
-
-// cuBLAS reads it when it creates its handle, before the first GEMM of this process: deterministic
-// GEMM workspaces for the bitwise comparisons (what --deterministic sets in the step programs).
-[[maybe_unused]] const int kCublasDeterministic = ::setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", 0);
-
-#define REQUIRE_GPUS(n)                                                                              \
-  do {                                                                                               \
-    const int visible = ddp::visible_gpus();                                                         \
-    if (visible < (n)) GTEST_SKIP() << "needs " << (n) << " CUDA GPU(s); " << visible << " visible"; \
-  } while (0)
-
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
-
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
-
-// A fresh folder, removed after everything that used it (declare it before the process group).
-struct TempDir {
-  TempDir() {
-    char pattern[] = "/tmp/ddpw-gpu-XXXXXX";
-    path = ::mkdtemp(pattern) ? pattern : "";
-  }
-  ~TempDir() {
-    if (!path.empty()) ddp::remove_tree(path);
-  }
-  std::string path;
-};
-
-std::shared_ptr<ddp::ProcessGroup> nccl_group_of_one(const TempDir& dir, const torch::Device& device) {
-  ddp::LaunchEnv launch;
-  launch.init_method = "file://" + dir.path + "/store";
-  ddp::ProcessGroupOptions options;
-  options.backend = "nccl";
-  options.rendezvous_timeout = options.collective_timeout = std::chrono::seconds(60);
-  return ddp::init_process_group(launch, device, options);
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-// Runs `command` with /bin/sh in the background; returns its pid.
-pid_t start_shell(const std::string& command) {
-  const char* argv[] = {"/bin/sh", "-c", command.c_str(), nullptr};
-  pid_t pid = -1;
-  if (::posix_spawn(&pid, "/bin/sh", nullptr, nullptr, const_cast<char* const*>(argv), environ) != 0) return -1;
-  return pid;
-}
-
-// The exit code of `pid`, or -1 after killing it when it runs longer than `limit` (a hang).
-int wait_exit(pid_t pid, std::chrono::seconds limit) {
-  const auto deadline = Clock::now() + limit;
-  int status = 0;
-  while (::waitpid(pid, &status, WNOHANG) == 0) {
-    if (Clock::now() > deadline) {
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, &status, 0);
-      return -1;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
-
-int run_shell(const std::string& command, std::chrono::seconds limit) { return wait_exit(start_shell(command), limit); }
-
-// A TCP port nobody listens on now.
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t length = sizeof address;
-  ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
-  ::close(fd);
-  return ntohs(address.sin_port);
-}
-
-const std::string kBin = DDPW_BIN_DIR;
-
-}  // namespace
+using namespace gpu_test;  // REQUIRE_GPUS, TempDir, run_shell, checksum_in, ...: shared with test_gpu_zero.cpp
 
 // ---- device binding --------------------------------------------------------------------------
 
@@ -326,31 +231,6 @@ TEST(GpuHello, TwoRanksOnOneGpuPrintTheBusIdTableAndFail) {
 }
 
 // ---- exact resume with CUDA dropout -----------------------------------------------------------
-
-namespace {
-
-void put_u32(std::ofstream& out, uint32_t v) {
-  for (int shift : {24, 16, 8, 0}) out.put(static_cast<char>(v >> shift));
-}
-
-// Random 28x28 images and labels (the CNN with its two dropout layers trains on them).
-void write_idx_pair(const std::string& dir, const std::string& split, uint32_t count, uint32_t seed) {
-  std::mt19937 random(seed);
-  std::ofstream images(dir + "/" + split + "-images-idx3-ubyte", std::ios::binary);
-  for (uint32_t v : {2051u, count, 28u, 28u}) put_u32(images, v);
-  for (uint32_t i = 0; i < count * 28 * 28; ++i) images.put(static_cast<char>(random() % 256));
-  std::ofstream labels(dir + "/" + split + "-labels-idx1-ubyte", std::ios::binary);
-  for (uint32_t v : {2049u, count}) put_u32(labels, v);
-  for (uint32_t i = 0; i < count; ++i) labels.put(static_cast<char>(random() % 10));
-}
-
-std::string checksum_in(const std::string& log) {
-  std::smatch m;
-  const std::string text = read_file(log);
-  return std::regex_search(text, m, std::regex("final weights checksum (\\S+)")) ? m[1].str() : "";
-}
-
-}  // namespace
 
 // SIGTERM in the middle of an epoch on the GPU: exit 75 with a snapshot at the step; the resumed
 // run ends with the weights of an uninterrupted run, bit for bit, dropout masks included. Two
