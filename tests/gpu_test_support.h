@@ -4,13 +4,10 @@
 //          run as a learner runs them), random IDX files and the final checksum of a program's log.
 #pragma once
 
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdlib.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <torch/torch.h>
 #include <unistd.h>
@@ -30,6 +27,7 @@
 #include "ddp/files.h"
 #include "ddp/launch_env.h"
 #include "ddp/process_group.h"
+#include "free_port.h"
 
 #define REQUIRE_GPUS(n)                                                                              \
   do {                                                                                               \
@@ -108,18 +106,7 @@ inline int run_shell(const std::string& command, std::chrono::seconds limit) {
   return wait_exit(start_shell(command), limit);
 }
 
-// A TCP port nobody listens on now.
-inline int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t length = sizeof address;
-  ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
-  ::close(fd);
-  return ntohs(address.sin_port);
-}
+using ddp_test::free_port;  // tests/free_port.h
 
 inline const std::string kBin = DDPW_BIN_DIR;
 

@@ -3,11 +3,8 @@
 // Rank 0 keeps the store it serves until the others have left. The host wait of NCCL's synchronous
 // calls (polling, failures, timeout, a stop request) and the one message shape of collective
 // failures, tested with works a CPU can make.
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <torch/torch.h>
 #include <unistd.h>
 
@@ -19,6 +16,7 @@
 #include "ddp/error.h"
 #include "ddp/process_group.h"
 #include "ddp/stop_signal.h"
+#include "free_port.h"
 #include "multiprocess.h"
 
 namespace {
@@ -83,27 +81,10 @@ TEST(ProcessGroup, APeerThatDiesIsAnErrorNotSigpipe) {
 
 }  // namespace
 
-namespace {
-
-// A TCP port nobody listens on now.
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t length = sizeof address;
-  ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
-  ::close(fd);
-  return ntohs(address.sin_port);
-}
-
-}  // namespace
-
 // Rank 0's TCPStore serves the others: rank 0 must not take it away (by leaving) while a peer
 // still reads it. Without the departure wait, rank 1's read meets a closed server.
 TEST(ProcessGroup, RankZeroServesTheStoreUntilEveryPeerHasLeft) {
-  if (!ddp::is_spawned_worker()) ::setenv("DDPW_TEST_PORT", std::to_string(free_port()).c_str(), 1);
+  if (!ddp::is_spawned_worker()) ::setenv("DDPW_TEST_PORT", std::to_string(ddp_test::free_port()).c_str(), 1);
   EXPECT_EQ(ddp_test::run_processes(2,
                                     [](int rank, const ddp::LaunchEnv& through_file) {
                                       ddp::LaunchEnv launch = through_file;
