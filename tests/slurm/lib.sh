@@ -209,6 +209,27 @@ expect_one_snapshot() {
   [ "$files" = "$want " ] || { show_log; fail "job $JOB_ID: snapshot files '${files% }', expected exactly $want"; }
 }
 
+# expect_sharded_snapshot RANKS GENERATION [KIND]: the run folder holds exactly one sharded snapshot:
+# the manifest (the scripts' default path for the job and KIND) and one shard per rank of save
+# GENERATION; no older generation is left, nothing half-written.
+expect_sharded_snapshot() {
+  local ranks=$1 generation=$2 manifest files want r
+  manifest="snapshots/$(job_field JobName).${3:-solution}.pt"
+  want="$manifest "
+  for ((r = 0; r < ranks; r++)); do want+="$manifest.g$generation.rank$r-of-$ranks "; done
+  files=$(cd "$RUN_DIR" && find snapshots -type f 2>/dev/null | sort | tr '\n' ' ' || true)
+  [ "$files" = "$want" ] || { show_log; fail "job $JOB_ID: snapshot files '$files', expected '$want'"; }
+}
+
+# expect_equal_checksums RANKS: the ranks' final weights, one checksum line each, all equal.
+expect_equal_checksums() {
+  expect_lines "$1" "final weights checksum"
+  local sums
+  sums=$(grep -E 'final weights checksum' "$JOB_LOG" | awk '{print $NF}' | sort -u)
+  [ "$(echo "$sums" | wc -l)" = 1 ] || { show_log; fail "job $JOB_ID: the ranks ended with different weights: $sums"; }
+  note "$1 ranks, weights checksum $sums"
+}
+
 # A small copy of Fashion-MNIST (same IDX format as MNIST) for the MNIST scripts: the first
 # TRAIN/TEST images, as a site's data/mnist would hold them, placed before the job starts.
 make_mnist_subset() {

@@ -16,15 +16,6 @@ require_slurm
 require_programs solutions/step5_trainer
 start_cluster netns 2
 
-# expect_equal_checksums RANKS: the ranks' final weights, one checksum line each, all equal.
-expect_equal_checksums() {
-  expect_lines "$1" "final weights checksum"
-  local sums
-  sums=$(grep -E 'final weights checksum' "$JOB_LOG" | awk '{print $NF}' | sort -u)
-  [ "$(echo "$sums" | wc -l)" = 1 ] || { show_log; fail "job $JOB_ID: the ranks ended with different weights: $sums"; }
-  note "$1 ranks, weights checksum $sums"
-}
-
 submit puhti step5.sbatch --epochs 2
 expect_success; expect_nodes "node[1-2]"
 expect_lines 1 "^launcher +\| slurm *$"; expect_lines 1 "^world size +\| 8 *$"; expect_lines 1 "^strategy +\| ddp *$"
@@ -38,10 +29,7 @@ expect_success; expect_nodes "node[1-2]"
 expect_lines 1 "^strategy +\| zero2 *$"; expect_lines 1 "^ZeRO stage +\| 2: "
 expect_lines 1 "Epoch 1 \| train loss"; expect_lines 2 "Training snapshot saved"
 expect_equal_checksums 8
-manifest="$RUN_DIR/snapshots/ddpw-puhti-step5.solution.pt"
-[ -f "$manifest" ] || { show_log; fail "job $JOB_ID: no manifest $manifest"; }
-shards=$(find "$RUN_DIR/snapshots" -name 'ddpw-puhti-step5.solution.pt.g*.rank*-of-8' | wc -l)
-[ "$shards" = 8 ] || { ls -la "$RUN_DIR/snapshots"; fail "job $JOB_ID: $shards shards, expected 8 (one per rank)"; }
+expect_sharded_snapshot 8 2
 
 # Lightning's devices must be what the job started: the user's --gpus 2 wins over the script's 4.
 submit puhti step5.sbatch --epochs 1 --gpus 2
@@ -56,10 +44,7 @@ expect_lines 1 "^strategy +\| zero1 *$"; expect_lines 1 "^ZeRO stage +\| 1: "
 expect_lines 1 "Epoch 1 \| train loss"; expect_lines 2 "Training snapshot saved"
 expect_equal_checksums 4
 expect_lines 0 "claim rank|already in use"
-manifest="$RUN_DIR/snapshots/ddpw-delta-step5.solution.pt"
-[ -f "$manifest" ] || { show_log; fail "job $JOB_ID: no manifest $manifest"; }
-shards=$(find "$RUN_DIR/snapshots" -name 'ddpw-delta-step5.solution.pt.g*.rank*-of-4' | wc -l)
-[ "$shards" = 4 ] || { ls -la "$RUN_DIR/snapshots"; fail "job $JOB_ID: $shards shards, expected 4 (one per rank)"; }
+expect_sharded_snapshot 4 2
 
 # Lightning's num_nodes must be what the job started: the user's --nodes 3 wins over the script's 2.
 submit delta step5.sbatch --epochs 1 --nodes 3
