@@ -21,11 +21,11 @@ say() { printf 'setup: %s\n' "$*"; }
 
 # Debian packages: toolchain, test/CLI/JSON libraries, Gloo's headers (c10d's Gloo header includes them and
 # no LibTorch ships them), the dataset, the launchers of the course, and the guard rails' linters
-# (the tests lint.format and lint.shellcheck).
+# (the tests lint.format and lint.shellcheck), and Lmod (the sites' env.sh under a module system: tests).
 PACKAGES=(build-essential cmake ninja-build git python3 python3-venv zlib1g-dev
           libgtest-dev libcli11-dev nlohmann-json3-dev libgloo-dev dataset-fashion-mnist
           slurm-wlm munge openmpi-bin libopenmpi-dev libpmix-dev iproute2 util-linux procps
-          clang-format shellcheck)
+          clang-format shellcheck lmod)
 
 missing_packages() {
   local p
