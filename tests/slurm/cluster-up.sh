@@ -3,8 +3,10 @@
 #   single DIR       one node (this host), daemons in the root namespaces, loopback only.
 #   netns  DIR [N]   N nodes node1..nodeN (default 2), each slurmd in its own network namespace on a
 #                    private bridge (10.77.0.0/24), with its own hostname and /etc/hosts.
-# Every node has 64 CPUs, 256 GB and 4 GPUs *for Slurm's bookkeeping only* (gres files are /dev/null
-# clones), so the sites' #SBATCH lines (--cpus-per-task=40, --mem=32G, --gpus-per-node=2) are accepted.
+# Every node has 288 CPUs (a Roihu GH200 node's count), 256 GB and 4 GPUs *for Slurm's bookkeeping
+# only* (gres files are /dev/null clones), so the sites' #SBATCH lines (--cpus-per-task=128,
+# --mem=32G, --gpus-per-node=2) are accepted, and the features projects and scratch (Delta's
+# --constraint names its file systems).
 # MUNGE runs privately (own key and socket under DIR); nothing under /etc is touched. Each cluster
 # is listed in /run/ddpw-slurm-test.clusters until it is torn down.
 # One netns cluster at a time (they share the bridge and its subnet): a second cluster-up waits for
@@ -27,7 +29,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 mode=${1:?usage: cluster-up.sh single|netns DIR [NNODES]}
 dir=${2:?usage: cluster-up.sh single|netns DIR [NNODES]}
 nodes=${3:-2}
-cpus=64 memory_mb=256000 gpus=${DDPW_CLUSTER_GPUS:-4}
+cpus=288 memory_mb=256000 gpus=${DDPW_CLUSTER_GPUS:-4}
 task_plugin=task/none task_param="" bind=${DDPW_CLUSTER_BIND:-0}
 users=${DDPW_CLUSTER_USERS:-0}
 subnet=10.77.0           # netns mode: controller .1, nodeI .(10+I)
@@ -186,7 +188,7 @@ Waittime=0
 CONF
 for n in $node_names; do
   addr=127.0.0.1; [ "$mode" = netns ] && addr=$subnet.$((10 + ${n#node}))
-  echo "NodeName=$n NodeHostname=$n NodeAddr=$addr CPUs=$cpus RealMemory=$memory_mb Gres=gpu:$gpus State=UNKNOWN"
+  echo "NodeName=$n NodeHostname=$n NodeAddr=$addr CPUs=$cpus RealMemory=$memory_mb Gres=gpu:$gpus Features=projects,scratch State=UNKNOWN"
   echo "NodeName=$n Name=gpu File=$dir/dev/gpu[0-$((gpus - 1))]" >> "$dir/etc/gres.conf"
 done >> "$dir/etc/slurm.conf"
 echo "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES" >> "$dir/etc/slurm.conf"
