@@ -43,6 +43,10 @@ ddpw_setup() {
   # --device cuda, not auto: on a node whose driver is too old for the build, auto would train on
   # the CPU without a word; cuda stops with the reason. (DDPW_EXTRA_ARGS="--device cpu" still wins.)
   DDPW_DEFAULTS=(--device cuda)
+  # Slurm 22.05-23.02: srun does not take the job's --cpus-per-task (SLURM_CPUS_PER_TASK) and binds
+  # each task to one CPU: step 1's workers and every torchrun would share one core. Equal values
+  # also suit the Slurm versions that read SLURM_CPUS_PER_TASK again.
+  if [ -n "${SLURM_CPUS_PER_TASK:-}" ]; then export SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK; fi
   DDPW_EXTRA=()
   read -r -a DDPW_EXTRA <<< "${DDPW_EXTRA_ARGS:-}"
 

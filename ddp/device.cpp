@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "ddp/cuda_check.h"  // defines: check_cuda_support
 #include "ddp/error.h"
 
 #ifdef DDPW_HAVE_CUDA
@@ -20,6 +21,7 @@ torch::Device choose_device(const std::string& requested, int local_rank) {
   if (requested == "cpu" || (requested == "auto" && visible_gpus() == 0)) return torch::Device(torch::kCPU);
 
   const int gpus = visible_gpus();
+  if (gpus == 0) check_cuda_support(-1);  // a driver too old for LibTorch's CUDA hides every GPU: say so
   DDP_CHECK(gpus > 0, "--device " + requested + " asks for a GPU but none is visible to this process",
             "use --device cpu, or request GPUs from the scheduler (--gres=gpu:N / --gpus-per-node=N)");
   // More ranks than GPUs share them in turn: valid for Gloo; for NCCL the process group refuses it,
@@ -32,6 +34,7 @@ torch::Device choose_device(const std::string& requested, int local_rank) {
 #ifdef DDPW_HAVE_CUDA
   c10::cuda::set_device(static_cast<c10::DeviceIndex>(index));  // before any NCCL work
 #endif
+  check_cuda_support(index);  // kernels for this GPU in this LibTorch, before its first kernel fails
   return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(index));
 }
 

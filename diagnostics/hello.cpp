@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "ddp/cuda_check.h"                 // defines: check_cuda_support (LibTorch's archs, the driver)
 #include "ddp/device.h"                     // defines: choose_device, device_name, gpu_bus_id
 #include "ddp/distributed_data_parallel.h"  // defines: DistributedDataParallel (the DDP check)
 #include "ddp/error.h"                      // defines: ddp::Error, run_main
@@ -288,6 +289,9 @@ int hello(const ddp::Options& options, const ddp::LaunchEnv& launch, const ddp::
   // Checks a rank can make alone, before any collective. choose_device binds the GPU (before
   // NCCL starts); whether ranks share one is judged below, from every rank's report.
   const torch::Device device = ddp::choose_device(options.device, launch.local_rank);
+  // choose_device stopped already if LibTorch has no kernels for this GPU or the driver is too old;
+  // the line says which kernels serve it and which CUDA versions met.
+  const std::string cuda_support = device.is_cuda() ? ddp::check_cuda_support(device.index()).summary : "";
   // Fewer ranks than GPUs works, so it is a warning (once per node), not an error. An explicit
   // --device cuda:N chooses its GPUs on purpose.
   if (device.is_cuda() && options.device.rfind("cuda:", 0) != 0 && launch.local_rank == 0) {
@@ -317,6 +321,7 @@ int hello(const ddp::Options& options, const ddp::LaunchEnv& launch, const ddp::
     std::printf("# hello: %s\n", ddp::describe(launch).c_str());
     std::printf("# backend %s, LibTorch %s, all ranks met at the rendezvous in %.2f s\n", group->backend_name().c_str(),
                 DDPW_TORCH_VERSION, rendezvous_s);
+    if (!cuda_support.empty()) std::printf("# CUDA support (rank 0): %s\n", cuda_support.c_str());
     print_table(reports);
     print_comm_variables(reports);
     if (!problems.note.empty()) std::printf("# note: %s\n", problems.note.c_str());

@@ -6,6 +6,11 @@
 #   DDPW_HOME      where the torch wheel is cached (default ~/.cache/ddp-workshop), outside the
 #                  clone, so a fresh clone (CI) does not download gigabytes again
 #   DDPW_TORCH     the torch version to install (default 2.11.0: CUDA 13.0, like nvcc here)
+#   DDPW_TORCH_CUDA       the CUDA build of torch: cu126 (V100 and older need it), cu128, cu130
+#                         (default: the default index's wheel, cu130 for 2.11). The GPUs and the
+#                         driver decide: clusters/<site>/README.md says which, and why
+#   DDPW_TORCH_INDEX_URL  the wheel index of that build (cu126, cu128): the --index-url that
+#                         PyTorch's Get Started page gives for Linux / Pip / that CUDA version
 set -euo pipefail
 
 DDPW_HOME=${DDPW_HOME:-$HOME/.cache/ddp-workshop}
@@ -16,11 +21,11 @@ say() { printf 'setup: %s\n' "$*"; }
 
 # Debian packages: toolchain, test/CLI/JSON libraries, Gloo's headers (c10d's Gloo header includes them and
 # no LibTorch ships them), the dataset, the launchers of the course, and the guard rails' linters
-# (the tests lint.format and lint.shellcheck).
+# (the tests lint.format and lint.shellcheck), and Lmod (the sites' env.sh under a module system: tests).
 PACKAGES=(build-essential cmake ninja-build git python3 python3-venv zlib1g-dev
           libgtest-dev libcli11-dev nlohmann-json3-dev libgloo-dev dataset-fashion-mnist
           slurm-wlm munge openmpi-bin libopenmpi-dev libpmix-dev iproute2 util-linux procps
-          clang-format shellcheck)
+          clang-format shellcheck lmod)
 
 missing_packages() {
   local p
@@ -49,28 +54,72 @@ else
 fi
 
 # LibTorch. An explicit one (a libtorch archive or a module via CMAKE_PREFIX_PATH/Torch_DIR) or a
-# python3 with torch on PATH wins; otherwise the torch wheel, cached in $VENV.
+# python3 with torch on PATH wins; otherwise the torch wheel, cached in $VENV. DDPW_TORCH_CUDA asks
+# for one CUDA build of it: the GPU decides (torch 2.11's cu128 and cu130 have no kernels for a
+# V100, only cu126 does) and so does the driver (cu130 needs release 580 or newer).
 torch_of() { "$1" -c 'import torch, sys; sys.stdout.write(torch.__version__)' 2>/dev/null; }
+DDPW_TORCH_CUDA=${DDPW_TORCH_CUDA:-}
+torch_index=${DDPW_TORCH_INDEX_URL:-}
+case $DDPW_TORCH_CUDA in
+  "") ;;
+  cu126|cu128|cu130) ;;
+  *) say "DDPW_TORCH_CUDA=$DDPW_TORCH_CUDA is not a build of torch $DDPW_TORCH: use cu126 (V100 and older), cu128 or cu130 (clusters/<site>/README.md says which)"
+     exit 1 ;;
+esac
+# wants VERSION: the cached torch is the one asked for (with DDPW_TORCH_CUDA, that build of it).
+wants() {
+  [ -n "$1" ] || return 1
+  if [ -n "$DDPW_TORCH_CUDA" ]; then [ "$1" = "$DDPW_TORCH+$DDPW_TORCH_CUDA" ]; return; fi
+  [ "$1" = "$DDPW_TORCH" ] || [[ "$1" == "$DDPW_TORCH+"* ]]
+}
+cached=$(torch_of "$VENV/bin/python3" || true)
 if [ -n "${Torch_DIR:-}${CMAKE_PREFIX_PATH:-}" ]; then
   say "LibTorch: using Torch_DIR/CMAKE_PREFIX_PATH from the environment"
-elif [ -n "$(torch_of python3)" ] && [ ! -x "$VENV/bin/python3" ]; then
+elif [ -z "$DDPW_TORCH_CUDA" ] && [ -n "$(torch_of python3)" ] && [ ! -x "$VENV/bin/python3" ]; then
   say "LibTorch: the torch $(torch_of python3) of $(command -v python3)"
-elif [ "$(torch_of "$VENV/bin/python3")" = "$DDPW_TORCH" ] || [[ "$(torch_of "$VENV/bin/python3")" == "$DDPW_TORCH+"* ]]; then
-  say "LibTorch: torch $(torch_of "$VENV/bin/python3") cached in $VENV"
-elif [ "$(id -u)" -ne 0 ] && [ -n "${SLURM_CLUSTER_NAME:-}${MODULEPATH:-}" ]; then
-  say "LibTorch: none found; load the site's pytorch module (clusters/<site>/env.sh) and run again"
+elif wants "$cached"; then
+  say "LibTorch: torch $cached cached in $VENV"
+elif [ -z "$DDPW_TORCH_CUDA" ] && [ "$(id -u)" -ne 0 ] && [ -n "${SLURM_CLUSTER_NAME:-}${MODULEPATH:-}" ]; then
+  say "LibTorch: none found; load the site's pytorch module (clusters/<site>/env.sh) and run again, or"
+  say "          install a torch build for the site's GPUs: DDPW_TORCH_CUDA=cu126|cu128|cu130 scripts/setup.sh"
+  say "          (clusters/<site>/README.md says which build, and where the venv goes: DDPW_HOME)"
   exit 1
 else
+  # cu126 and cu128 live on PyTorch's own wheel index only; cu130 is the default index's wheel.
+  if [ -z "$torch_index" ] && [ -n "$DDPW_TORCH_CUDA" ] && [ "$DDPW_TORCH_CUDA" != cu130 ] &&
+     [ -z "${PIP_INDEX_URL:-}${PIP_EXTRA_INDEX_URL:-}" ]; then
+    say "DDPW_TORCH_CUDA=$DDPW_TORCH_CUDA needs PyTorch's $DDPW_TORCH_CUDA wheel index, and none is set."
+    say "Fix: export DDPW_TORCH_INDEX_URL=<the --index-url that PyTorch's Get Started page gives for"
+    say "     Linux / Pip / CUDA ${DDPW_TORCH_CUDA:2:2}.${DDPW_TORCH_CUDA:4}> (or your site's mirror of it), then run this again"
+    exit 1
+  fi
+  toolkit=13; case $DDPW_TORCH_CUDA in cu12*) toolkit=12 ;; esac
   if ! command -v nvcc >/dev/null; then
     say "note: no nvcc on PATH. The torch wheel is CUDA-enabled and its CMake config needs nvcc:"
-    say "      install the CUDA toolkit of the wheel's CUDA major version (13), or load its module"
+    say "      install the CUDA toolkit of the wheel's CUDA major version ($toolkit), or load its module"
   fi
-  say "installing torch==$DDPW_TORCH into $VENV (once; later runs reuse it)"
+  if [ -n "$cached" ] && [ -n "$DDPW_TORCH_CUDA" ] && [[ $cached != *"+$DDPW_TORCH_CUDA" ]]; then
+    # Another CUDA build in the venv: a fresh venv, not a second set of CUDA libraries beside the first.
+    say "the venv holds torch $cached, not the $DDPW_TORCH_CUDA build: making a new venv in $VENV"
+    say "(configure a fresh build folder afterwards: the old one links the old build)"
+    rm -rf "$VENV"
+  fi
+  what="torch==$DDPW_TORCH${DDPW_TORCH_CUDA:+ ($DDPW_TORCH_CUDA)}"
+  say "installing $what into $VENV (once; later runs reuse it)"
   mkdir -p "$DDPW_HOME"
   [ -x "$VENV/bin/python3" ] || python3 -m venv "$VENV"
   "$VENV/bin/python3" -m pip install -q --upgrade pip
-  "$VENV/bin/python3" -m pip install -q "torch==$DDPW_TORCH" numpy matplotlib
-  say "LibTorch: torch $(torch_of "$VENV/bin/python3") in $VENV"
+  index=()
+  [ -z "$torch_index" ] || index=(--index-url "$torch_index")
+  "$VENV/bin/python3" -m pip install -q "${index[@]}" "torch==$DDPW_TORCH"
+  "$VENV/bin/python3" -m pip install -q numpy matplotlib
+  installed=$(torch_of "$VENV/bin/python3" || true)
+  if ! wants "$installed"; then
+    say "the index gave torch ${installed:-(none)}, not the $DDPW_TORCH_CUDA build of $DDPW_TORCH."
+    say "Fix: set DDPW_TORCH_INDEX_URL to PyTorch's $DDPW_TORCH_CUDA wheel index (its Get Started page gives it)"
+    exit 1
+  fi
+  say "LibTorch: torch $installed in $VENV"
 fi
 # The venv also brings torchrun (step 2) and matplotlib (plots): put it on PATH for the scripts.
 if [ -x "$VENV/bin/torchrun" ]; then say "torchrun: $VENV/bin/torchrun"; fi

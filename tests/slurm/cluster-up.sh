@@ -3,8 +3,10 @@
 #   single DIR       one node (this host), daemons in the root namespaces, loopback only.
 #   netns  DIR [N]   N nodes node1..nodeN (default 2), each slurmd in its own network namespace on a
 #                    private bridge (10.77.0.0/24), with its own hostname and /etc/hosts.
-# Every node has 64 CPUs, 256 GB and 4 GPUs *for Slurm's bookkeeping only* (gres files are /dev/null
-# clones), so the sites' #SBATCH lines (--cpus-per-task=40, --mem=32G, --gpus-per-node=2) are accepted.
+# Every node has 288 CPUs (a Roihu GH200 node's count), 256 GB and 4 GPUs *for Slurm's bookkeeping
+# only* (gres files are /dev/null clones), so the sites' #SBATCH lines (--cpus-per-task=128,
+# --mem=32G, --gpus-per-node=2) are accepted, and the features projects and scratch (Delta's
+# --constraint names its file systems).
 # MUNGE runs privately (own key and socket under DIR); nothing under /etc is touched. Each cluster
 # is listed in /run/ddpw-slurm-test.clusters until it is torn down.
 # One netns cluster at a time (they share the bridge and its subnet): a second cluster-up waits for
@@ -12,6 +14,9 @@
 # controller is dead (left by a killed run), instead of clashing on the bridge.
 # Settings (environment):
 #   DDPW_CLUSTER_GPUS=N      GPUs per node for Slurm's bookkeeping (default 4): many jobs on one node
+#   DDPW_CLUSTER_BIND=1      (single mode) the node has this machine's real CPUs and srun binds each
+#                            task to the CPUs of its step (TaskPlugin=task/affinity), as on a site:
+#                            a task's affinity mask then shows how many CPUs srun gave it
 #   DDPW_CLUSTER_USERS=1     non-root users may submit: DIR, its config and the MUNGE socket are
 #                            readable by all (not the key), and inside the nodes the paths of
 #                            DDPW_CLUSTER_SHARE (colon-separated folders, e.g. a venv under /root or
@@ -24,7 +29,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 mode=${1:?usage: cluster-up.sh single|netns DIR [NNODES]}
 dir=${2:?usage: cluster-up.sh single|netns DIR [NNODES]}
 nodes=${3:-2}
-cpus=64 memory_mb=256000 gpus=${DDPW_CLUSTER_GPUS:-4}
+cpus=288 memory_mb=256000 gpus=${DDPW_CLUSTER_GPUS:-4}
+task_plugin=task/none task_param="" bind=${DDPW_CLUSTER_BIND:-0}
 users=${DDPW_CLUSTER_USERS:-0}
 subnet=10.77.0           # netns mode: controller .1, nodeI .(10+I)
 bridge=ddpwbr0 netns_prefix=ddpw-node veth_prefix=ddpwv
@@ -35,6 +41,8 @@ for tool in slurmctld slurmd munged mungekey sinfo; do
   command -v "$tool" >/dev/null || [ -x "/usr/sbin/$tool" ] || die "$tool not found: apt-get install slurm-wlm munge"
 done
 [[ $gpus =~ ^[1-9][0-9]?$ ]] || die "DDPW_CLUSTER_GPUS must be 1-99, got '$gpus'"
+[ "$bind" = 0 ] || [ "$mode" = single ] || die "DDPW_CLUSTER_BIND=1 needs single mode (one node: this machine's CPUs)"
+[ "$bind" = 0 ] || { cpus=$(nproc --all); task_plugin=task/affinity; task_param=TaskPluginParam=Cores; }
 case $mode in
   single) nodes=1 ;;
   netns) [[ $nodes =~ ^[1-9]$ ]] || die "NNODES must be 1-9, got '$nodes'" ;;
@@ -151,7 +159,8 @@ CredType=cred/munge
 AuthInfo=socket=$socket,cred_expire=5
 MpiDefault=none
 ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
+TaskPlugin=$task_plugin
+$task_param
 JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/none
@@ -179,7 +188,7 @@ Waittime=0
 CONF
 for n in $node_names; do
   addr=127.0.0.1; [ "$mode" = netns ] && addr=$subnet.$((10 + ${n#node}))
-  echo "NodeName=$n NodeHostname=$n NodeAddr=$addr CPUs=$cpus RealMemory=$memory_mb Gres=gpu:$gpus State=UNKNOWN"
+  echo "NodeName=$n NodeHostname=$n NodeAddr=$addr CPUs=$cpus RealMemory=$memory_mb Gres=gpu:$gpus Features=projects,scratch State=UNKNOWN"
   echo "NodeName=$n Name=gpu File=$dir/dev/gpu[0-$((gpus - 1))]" >> "$dir/etc/gres.conf"
 done >> "$dir/etc/slurm.conf"
 echo "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES" >> "$dir/etc/slurm.conf"

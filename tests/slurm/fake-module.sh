@@ -1,8 +1,9 @@
-# defines: module — a stand-in for the sites' `module` command (Lmod/Environment Modules) in the Slurm
-#          tests, sourced and exported, so that the sites' real clusters/<site>/env.sh run unchanged:
+# defines: module — a stand-in for the sites' `module` command (Lmod/Environment Modules) for the
+#          learners of test-workshop.sh, sourced and exported, so that the sites' real
+#          clusters/<site>/env.sh run unchanged (test-modules.sh uses Debian's real Lmod):
 #            module purge            does nothing (and `conda activate ...` neither)
 #            module load NAME...     fails as Lmod does for a NAME listed in DDPW_FAKE_MODULES_MISSING;
-#                                    pytorch*/anaconda* put the test's torch (DDPW_TEST_TORCH_BIN) on
+#                                    pytorch*/anaconda*/python* put the test's torch (DDPW_TEST_TORCH_BIN) on
 #                                    PATH, as those modules would; anything else loads nothing
 # shellcheck shell=bash
 module() {
@@ -18,7 +19,7 @@ module() {
             return 1 ;;
         esac
         case $name in
-          pytorch*|anaconda*) [ -z "${DDPW_TEST_TORCH_BIN:-}" ] || PATH=$DDPW_TEST_TORCH_BIN:$PATH ;;
+          pytorch*|anaconda*|python*) [ -z "${DDPW_TEST_TORCH_BIN:-}" ] || PATH=$DDPW_TEST_TORCH_BIN:$PATH ;;
         esac
       done
       export PATH

@@ -126,7 +126,7 @@ site_options() {
     delta)      echo "--account=ci-delta-gpu --partition=debug" ;;
     hipergator) echo "--partition=debug" ;;
     della)      echo "--partition=debug" ;;
-    puhti)      echo "--account=project_0 --partition=debug --gres=gpu:2" ;;
+    puhti|roihu) echo "--account=project_0 --partition=debug --gres=gpu:2" ;;
     supercloud) echo "--partition=debug --gres=gpu:2" ;;
     *) fail "unknown site $1" ;;
   esac

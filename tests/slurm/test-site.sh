@@ -8,14 +8,15 @@
 # are replaced. Exit 77 (skipped) when not root or Slurm is not installed.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"   # (set -e first: a missing lib.sh must stop the test)
-site=${1:?usage: test-site.sh delta|hipergator|della|puhti|supercloud}
+site=${1:?usage: test-site.sh delta|hipergator|della|puhti|roihu|supercloud}
 site_options "$site" >/dev/null
 
 require_slurm
 require_programs hello allreduce_check solutions/step1_multigpu_fork solutions/step2_env_launch \
                  solutions/step3_multinode_slurm
+[ "$site" != roihu ] || require_programs solutions/step4_sharded solutions/step5_trainer
 case $site in
-  delta|della|hipergator|puhti) require_torchrun ;;
+  delta|della|hipergator|puhti|roihu) require_torchrun ;;
   supercloud) command -v mpirun >/dev/null || fail "mpirun not found: apt-get install openmpi-bin" ;;
 esac
 nodes=2; [ "$site" = hipergator ] && nodes=4   # its 4 nodes x 1 GPU variant
@@ -47,7 +48,7 @@ case $site in
   supercloud)  submit "$site" step2.sbatch 2 1; expect_training 2 1; expect_nodes "node[1-2]" ;;
   hipergator)  submit "$site" step2.sbatch 2 1; expect_training 2 1; expect_nodes "node[1-2]"
                submit "$site" step2-4nodes.sbatch 2 1; expect_training 2 1; expect_nodes "node[1-4]" ;;
-  puhti)       submit "$site" step2.sbatch 2 1; expect_training 2 1; expect_nodes node1
+  puhti|roihu) submit "$site" step2.sbatch 2 1; expect_training 2 1; expect_nodes node1
                submit "$site" step2-2nodes.sbatch 2 1; expect_training 2 1; expect_nodes "node[1-2]" ;;
 esac
 
@@ -65,9 +66,24 @@ case $site in
       SITE_OPTIONS="--partition=debug --gres=gpu:2" submit hipergator "$script" 2 1
       expect_training 2 1; expect_nodes node1; expect_lines 1 "^world size +\| 2 *$"
     done ;;
+  roihu)       # steps 4 and 5 (Puhti's are tested in test-step4.sh and test-step5.sh)
+    submit roihu step4.sbatch 2 1
+    expect_success; expect_nodes node1; expect_equal_checksums 2; expect_sharded_snapshot 2 2
+    submit roihu step5.sbatch --epochs 2
+    expect_success; expect_nodes "node[1-2]"; expect_equal_checksums 8 ;;
   supercloud)  # LLsub may not pass a script's arguments on: DDPW_ARGS does the same
     DDPW_ARGS="2 1" submit supercloud step3.sbatch
-    expect_training 2 1; expect_lines 1 "^# arguments 2 1 \(DDPW_ARGS\)$" ;;
+    expect_training 2 1; expect_lines 1 "^# arguments 2 1 \(DDPW_ARGS\)$"
+    # A new account's limit, 1 node with 2 GPUs: the one-node variants, 2 ranks each.
+    submit supercloud hello-1node.sbatch
+    expect_success; expect_nodes node1; expect_lines 1 "OK: 2 of 2 ranks reported$"
+    submit supercloud allreduce-1node.sbatch --max-bytes 1M --iters 3 --warmup 1
+    expect_success; expect_nodes node1; expect_lines 1 "Out of bounds values : 0 OK$"; expect_lines 1 "(^|:)OK$"
+    for script in step2-1node.sbatch step3-1node.sbatch; do
+      submit supercloud "$script" 2 1; expect_training 2 1; expect_nodes node1; expect_lines 1 "world size +\| 2 *$"
+    done
+    submit supercloud mnist-1node.sbatch 1 1
+    expect_training 1 1; expect_nodes node1 ;;
 esac
 
 submit "$site" mnist.sbatch 1 1

@@ -63,6 +63,7 @@ note "$learners learners with their own homes: ${users[*]}"
 as_learner() {
   runuser -u "$1" -- env -i HOME="$TEST_DIR/home/$1" USER="$1" LOGNAME="$1" PATH=/usr/local/bin:/usr/bin:/bin \
     SLURM_CONF="$SLURM_CONF" DDPW_TEST_TORCH_BIN="$DDPW_TEST_TORCH_BIN" DDPW_EXTRA_ARGS="--device cpu" \
+    DDPW_VENV="${DDPW_TEST_TORCH_BIN%/bin}" \
     bash -c "source ~/fake-module.sh && cd ~/ddp-workshop && $2"
 }
 

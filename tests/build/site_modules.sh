@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# The sites' clusters/<site>/env.sh under a real module system (Debian's Lmod) whose module tree
+# mirrors each site's names and versions (tests/slurm/site-modulefiles.sh), then the project's own
+# configure, CUDA/NCCL stack check included. Here the only LibTorch is the set-up's torch 2.11 with
+# CUDA 13.0 and the only toolkit CUDA 13.0, so:
+#   1. every site's default (its torch build, e.g. cu126 for V100s): env.sh loads, loads no NCCL
+#      module, loads a toolkit with a version (an unversioned one would get the tree's CUDA 11
+#      default), and that toolkit's CUDA major is the build's: the configure's own check
+#      (ddpw_check_cuda_stack) with the two versions accepts it. The modules of CUDA 12 have no
+#      nvcc here: this part is the check's logic on the versions, not a configure.
+#   2. every site with DDPW_TORCH_CUDA=cu130, the build this machine has: the toolkit module of
+#      CUDA 13 is this machine's toolkit, the torch module or venv is the set-up's torch; the
+#      project configures (the stack check passes for real). For Delta (module reset, a torch
+#      module, the toolkit swapped for the reset's default), step 2's compile and link commands are
+#      those of this machine's build folder (DDPW_BUILD_DIR, which CI builds and tests), or, with
+#      none to compare with, step 2 is built and run.
+#   3. jobs (DDPW_MODULES=run) load no toolkit; Delta's NCCL network plugin loads in jobs only.
+set -euo pipefail
+root=${DDPW_ROOT:?DDPW_ROOT must point at the project}
+torch_dir=${DDPW_TORCH_DIR:?DDPW_TORCH_DIR must be the Torch_DIR of the build}
+skip() { echo "SKIP: $*"; exit 77; }
+fail() { echo "FAIL: $*"; exit 1; }
+lmod_init=/usr/share/lmod/lmod/init/bash
+[ -f "$lmod_init" ] || fail "Lmod is not installed (apt-get install lmod; scripts/setup.sh installs it)"
+torch_prefix=$(cd "$torch_dir/../../.." && pwd)  # <prefix>/share/cmake/Torch
+venv=${torch_prefix%/lib/python*/site-packages/torch}
+[ "$venv" != "$torch_prefix" ] && [ -x "$venv/bin/python3" ] || skip "LibTorch is not a venv's torch ($torch_prefix): the sites' venvs cannot be stood in for"
+[ -x /usr/local/cuda/bin/nvcc ] || skip "no CUDA toolkit in /usr/local/cuda: a CUDA 13 toolkit module has nothing to load"
+[ -f "$torch_prefix/lib/libtorch_cuda.so" ] || skip "this LibTorch has no CUDA: no stack to check"
+sites=(della delta hipergator puhti roihu supercloud)
+unset DDPW_TORCH_CUDA DDPW_MODULES   # each env.sh's own default first
+
+tmp=$(mktemp -d /tmp/ddpw-modules.XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+# shellcheck source=tests/slurm/site-modulefiles.sh
+source "$root/tests/slurm/site-modulefiles.sh"
+site_modulefiles "$tmp/modulefiles" "$venv/bin"
+
+# No NCCL module and no toolkit without a version, in any env.sh (the lines themselves).
+bad=$(awk '{ sub(/[ \t]#.*/, "") }
+  /^[ \t]*ddpw_load / { name = $3; gsub(/"/, "", name)
+    if (name ~ /nccl/ && name !~ /^aws-ofi-nccl\//) print FILENAME ": an NCCL module: " $0
+    if (name ~ /^(cuda|cudatoolkit)$/) print FILENAME ": a CUDA toolkit without a version: " $0 }
+  /ddpw_toolkit / { for (i = 1; i <= NF; i++) if ($i ~ /ddpw_toolkit$/) {
+      for (j = i + 1; j <= NF && $j !~ /^[)|]/; j++) if ($j !~ /\//) print FILENAME ": a toolkit without a version: " $0 } }' \
+  "$root"/clusters/*/env.sh)
+[ -z "$bad" ] || { echo "$bad"; fail "an env.sh loads an NCCL module (LibTorch brings its own) or a toolkit without a version"; }
+
+# in_site SITE MODE SCRIPT: a fresh bash with Lmod and the tree, env.sh sourced (MODE: build or run,
+# as a job loads it), then SCRIPT; output to $tmp/SITE.MODE.log.
+in_site() {
+  local site=$1 mode=$2 script=$3 modules=all
+  [ "$mode" = run ] && modules=run
+  # shellcheck disable=SC2016  # expanded by the inner shell
+  env -i HOME="$HOME" PATH=/usr/local/bin:/usr/bin:/bin LMOD_SYSTEM_DEFAULT_MODULES=cudatoolkit/25.3_12.8 \
+    DDPW_VENV="$venv" DDPW_MODULES=$modules ${DDPW_TORCH_CUDA:+DDPW_TORCH_CUDA=$DDPW_TORCH_CUDA} \
+    bash -c 'source "$1" && export MODULEPATH="$2" && cd "$3" && source "clusters/$4/env.sh" && eval "$5"' \
+    _ "$lmod_init" "$tmp/modulefiles" "$root" "$site" "$script" >"$tmp/$site.$mode.log" 2>&1
+}
+major() { echo "${1%%.*}"; }
+check_stack() {  # check_stack TORCH_CUDA TOOLKIT_CUDA: the configure's check, on these versions
+  printf 'include("%s/cmake/CudaStack.cmake")\nddpw_check_cuda_stack(TORCH_CUDA "%s" TOOLKIT_CUDA "%s" TOOLKIT_DIR module)\n' \
+    "$root" "$1" "$2" >"$tmp/check.cmake"
+  cmake -P "$tmp/check.cmake" >"$tmp/check.log" 2>&1
+}
+
+# ---- 1. each site's default build
+# shellcheck disable=SC2016  # expanded in the site's shell
+report='echo "BUILD=$DDPW_TORCH_CUDA TOOLKIT=${DDPW_TEST_TOOLKIT:-none} JOBMODULE=${DDPW_TEST_JOB_MODULE:-none} LOADED=$LOADEDMODULES"'
+for site in "${sites[@]}"; do
+  in_site "$site" build "$report" || { cat "$tmp/$site.build.log"; fail "$site: env.sh did not load (default build)"; }
+  line=$(grep '^BUILD=' "$tmp/$site.build.log")
+  build=$(sed -E 's/^BUILD=([^ ]*).*/\1/' <<<"$line") toolkit=$(sed -E 's/.* TOOLKIT=([^ ]*).*/\1/' <<<"$line")
+  case $build in cu126) torch_cuda=12.6 ;; cu128) torch_cuda=12.8 ;; cu130) torch_cuda=13.0 ;; *) fail "$site: DDPW_TORCH_CUDA=$build" ;; esac
+  [[ $line != *nccl/* ]] || fail "$site: an NCCL module was loaded: $line"
+  [ "$toolkit" != none ] || fail "$site: no CUDA toolkit module was loaded: $line"
+  [ "$(major "$toolkit")" != 11 ] || fail "$site: the toolkit is the CUDA 11 default (a line without a version): $line"
+  check_stack "$torch_cuda" "$toolkit" || { cat "$tmp/check.log"; fail "$site: the configure's check refuses its default: torch $build, toolkit $toolkit"; }
+  echo "ok: $site: default torch build $build, toolkit CUDA $toolkit (the configure's check accepts them); modules: ${line##*LOADED=}"
+done
+
+# ---- 2. every site on this machine's build (cu130): the configure, the stack check for real
+for site in "${sites[@]}"; do
+  prefix=()
+  case $site in puhti|roihu) prefix=(-DCMAKE_PREFIX_PATH="$torch_prefix/share/cmake") ;; esac   # their LibTorch archive
+  start=$SECONDS
+  DDPW_TORCH_CUDA=cu130 in_site "$site" build \
+    "$report; command -v nvcc; cmake -S . -B '$tmp/build-$site' -G Ninja -DDDPW_BUILD_TESTS=OFF ${prefix[*]}" ||
+    { cat "$tmp/$site.build.log"; fail "$site: env.sh or the configure failed with DDPW_TORCH_CUDA=cu130"; }
+  log=$tmp/$site.build.log
+  grep -qx "$(readlink -f /usr/local/cuda/bin/nvcc)\|/usr/local/cuda/bin/nvcc" "$log" || { cat "$log"; fail "$site: nvcc is not the CUDA 13 toolkit module's"; }
+  grep -q 'ddp-workshop: NCCL .*CUDA toolkit 13\.[0-9.]* (LibTorch.s runtime: 13\.' "$log" || { cat "$log"; fail "$site: no CUDA stack line in the configure"; }
+  echo "ok: $site: cu130 configures in $((SECONDS - start)) s: $(grep -o 'NCCL [0-9.]* (.*' "$log" | head -n 1 | cut -c1-60)... toolkit 13"
+done
+grep -q 'JOBMODULE=none' "$tmp/delta.build.log" || fail "delta: the NCCL network plugin loaded for the build"
+
+# Delta's build of step 2. Its compile and link commands are compared with those of this machine's
+# own build folder (DDPW_BUILD_DIR, configured alike: CI builds and tests that one); where there is
+# none to compare with, step 2 is built and run under Delta's modules.
+main=${DDPW_BUILD_DIR:-}
+if [ -n "$main" ] && [ -f "$main/build.ninja" ] && [ -f "$main/CMakeCache.txt" ]; then
+  options=()
+  for key in CMAKE_BUILD_TYPE DDPW_WERROR DDPW_PCH DDPW_UNITY; do
+    value=$(sed -n "s/^$key:[A-Z]*=//p" "$main/CMakeCache.txt")
+    [ -z "$value" ] || options+=("-D$key=$value")
+  done
+  DDPW_TORCH_CUDA=cu130 in_site delta build "cmake -S . -B '$tmp/build-delta' ${options[*]} >/dev/null &&
+    ninja -C '$tmp/build-delta' -t commands solution_step2_env_launch > '$tmp/delta.commands'" ||
+    { tail -40 "$tmp/delta.build.log"; fail "delta: the configure with the build folder's options failed"; }
+  ninja -C "$main" -t commands solution_step2_env_launch | sed "s#$main#BUILD#g" >"$tmp/main.commands"
+  sed -i "s#$tmp/build-delta#BUILD#g" "$tmp/delta.commands"
+  if ! diff "$tmp/main.commands" "$tmp/delta.commands" >"$tmp/commands.diff"; then
+    head -40 "$tmp/commands.diff"; fail "delta: its modules give other compile or link commands for step 2 than $main's"
+  fi
+  echo "ok: delta: its modules give step 2 the $(wc -l <"$tmp/delta.commands") compile and link commands of $main, built and tested there"
+else
+  start=$SECONDS
+  DDPW_TORCH_CUDA=cu130 in_site delta build "cmake --build '$tmp/build-delta' --target solution_step2_env_launch &&
+    '$tmp/build-delta/bin/solutions/step2_env_launch' 1 1 --device cpu --snapshot '$tmp/delta-step2.pt'" ||
+    { tail -40 "$tmp/delta.build.log"; fail "delta: step 2 did not build or run under its modules"; }
+  grep -q 'final weights checksum' "$tmp/delta.build.log" || { tail -20 "$tmp/delta.build.log"; fail "delta: step 2 did not finish"; }
+  echo "ok: delta: step 2 built and ran (1 rank, CPU) under Delta's modules in $((SECONDS - start)) s"
+fi
+
+# ---- 3. jobs: no toolkit of another CUDA major than the torch's (Delta's module reset brings its
+# CUDA 12.8 one, which its env.sh replaces); Delta's NCCL network plugin in jobs only.
+for site in "${sites[@]}"; do
+  DDPW_TORCH_CUDA=cu130 in_site "$site" run "$report" || { cat "$tmp/$site.run.log"; fail "$site: env.sh failed in a job"; }
+  line=$(grep '^BUILD=' "$tmp/$site.run.log")
+  toolkit=$(sed -E 's/.* TOOLKIT=([^ ]*).*/\1/' <<<"$line")
+  [ "$toolkit" = none ] || [ "$(major "$toolkit")" = 13 ] || fail "$site: a job has a CUDA $toolkit toolkit with a cu130 torch: $line"
+  want=none; [ "$site" = delta ] && want=aws-ofi-nccl
+  [[ $line == *"JOBMODULE=$want"* ]] || fail "$site: jobs load the NCCL network plugin: expected $want, got: $line"
+done
+echo "ok: jobs have no toolkit of another CUDA major; Delta's NCCL network plugin loads in its jobs only"
+echo "PASS: every site's env.sh loads under Lmod with its own names; its default toolkit has its torch build's CUDA major; with this machine's cu130 every site configures (stack check included), and Delta's modules build step 2 as CI does"
