@@ -47,12 +47,12 @@
 #include "ddp/data.h"                       // defines: Dataset, DistributedSampler, Loader
 #include "ddp/device.h"                     // defines: choose_device, device_name
 #include "ddp/distributed_data_parallel.h"  // defines: DistributedDataParallel (overlapped mode)
-#include "ddp/error.h"                      // defines: Error, run_main, exit codes
+#include "ddp/host.h"                       // defines: host_name
 #include "ddp/idx.h"                        // defines: load_idx_dataset (Fashion-MNIST)
 #include "ddp/launch_env.h"                 // defines: resolve_launch_env (torchrun, mpirun, srun)
 #include "ddp/models.h"                     // defines: Model, LinearRegressor, MnistCnn
 #include "ddp/process_group.h"              // defines: ProcessGroup (Gloo / NCCL)
-#include "ddp/run_report.h"                 // defines: host_name
+#include "ddp/run_main.h"                   // defines: run_main; Error, exit codes (error.h)
 #include "ddp/sgd.h"                        // defines: Sgd (multi-tensor on GPUs, as torch.optim.SGD)
 #include "ddp/sync_counter.h"               // defines: SyncCounter (host synchronizations per step)
 #include "mlp.h"                            // defines: bench::Mlp (the mlp workload)

@@ -32,9 +32,9 @@
 
 #include "ddp/device.h"                     // defines: choose_device
 #include "ddp/distributed_data_parallel.h"  // defines: DistributedDataParallel (the baseline)
-#include "ddp/error.h"                      // defines: run_main, exit codes
 #include "ddp/launch_env.h"                 // defines: resolve_launch_env (torchrun, mpirun, srun)
 #include "ddp/process_group.h"              // defines: ProcessGroup (Gloo / NCCL)
+#include "ddp/run_main.h"                   // defines: run_main, exit codes (error.h)
 #include "ddp/sharded_adamw.h"              // defines: ShardedAdamW
 #include "ddp/sharded_collectives.h"        // defines: ReduceScatter, all_gather_slices
 #include "ddp/zero_data_parallel.h"         // defines: ZeroDataParallel

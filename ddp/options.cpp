@@ -374,6 +374,18 @@ Options parse_options(int argc, char** argv, const std::string& description, uns
       usage_error(program, "--init-weights '" + o.init_weights_path + "' does not exist",
                   "save it in Python with torch.save(model.state_dict(), path), or check the path");
   }
+  // A program that starts its own workers, started by a launcher as one of several ranks: every
+  // rank would start a set of its own (spawn() refuses too; here the fix can name the TODO).
+  if (spawns && !is_spawned_worker()) {
+    if (const std::string launcher = started_by_launcher(); !launcher.empty()) {
+      std::fprintf(stderr,
+                   "error: %s starts its own workers, but was started by %s, so every rank would start a set of "
+                   "its own (fix: run it without the launcher, or complete TODO(step2) to read the ranks from the "
+                   "environment)\n",
+                   program.c_str(), launcher.c_str());
+      std::exit(kExitError);
+    }
+  }
   return o;
 }
 

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "ddp/device.h"
+#include "ddp/host.h"
 #include "ddp/process_group.h"
 #include "ddp/threads.h"
 #include "ddp/workload.h"
@@ -66,12 +67,6 @@ std::string threads_with_reason(const Options& o, const LaunchEnv& launch, int t
 }
 
 }  // namespace
-
-std::string host_name() {
-  char buf[256] = {0};
-  ::gethostname(buf, sizeof buf - 1);
-  return buf;
-}
 
 void print_settings(const Options& o, const LaunchEnv& launch, const torch::Device& device, int threads,
                     int global_rank) {

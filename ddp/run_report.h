@@ -25,6 +25,4 @@ void print_settings(const Options& options, const LaunchEnv& launch, const torch
 void print_rank_table(ProcessGroup* pg, const LaunchEnv& launch, const torch::Device& device,
                       const std::vector<std::pair<std::string, std::string>>& extra = {});
 
-std::string host_name();
-
 }  // namespace ddp

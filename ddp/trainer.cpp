@@ -4,13 +4,17 @@
 #include <memory>
 #include <optional>
 
+#include "ddp/check_launch.h"
 #include "ddp/compute.h"
 #include "ddp/data.h"
 #include "ddp/device.h"
 #include "ddp/distributed_data_parallel.h"
 #include "ddp/epoch_report.h"
 #include "ddp/error.h"
+#include "ddp/from_options.h"
+#include "ddp/host.h"
 #include "ddp/process_group.h"
+#include "ddp/run_main.h"
 #include "ddp/run_report.h"
 #include "ddp/sharded_adamw.h"
 #include "ddp/sharded_snapshot.h"

@@ -11,6 +11,7 @@
 
 #include <functional>
 
+#include "ddp/check_launch.h"
 #include "ddp/launch_env.h"
 #include "ddp/options.h"
 #include "ddp/trainer_launch.h"

@@ -21,11 +21,12 @@
 #include <vector>
 
 #include "ddp/device.h"                     // defines: choose_device, device_name
-#include "ddp/error.h"                      // defines: run_main
+#include "ddp/from_options.h"               // defines: process_group_options
+#include "ddp/host.h"                       // defines: host_name
 #include "ddp/launch_env.h"                 // defines: resolve_launch_env, describe
 #include "ddp/options.h"                    // defines: parse_options, launch_overrides
 #include "ddp/process_group.h"              // defines: ProcessGroup
-#include "ddp/run_report.h"                 // defines: host_name
+#include "ddp/run_main.h"                   // defines: run_main
 #include "ddp/threads.h"                    // defines: choose_threads
 #include "diagnostics/allreduce_pattern.h"  // defines: AllreducePattern
 

@@ -25,12 +25,13 @@
 
 #include "ddp/device.h"                     // defines: choose_device, device_name, gpu_bus_id
 #include "ddp/distributed_data_parallel.h"  // defines: DistributedDataParallel (the DDP check)
-#include "ddp/error.h"                      // defines: ddp::Error, run_main
+#include "ddp/from_options.h"               // defines: process_group_options
 #include "ddp/gpu_sharing.h"                // defines: judge_gpu_sharing, ranks_text
+#include "ddp/host.h"                       // defines: host_name
 #include "ddp/launch_env.h"                 // defines: resolve_launch_env
 #include "ddp/options.h"                    // defines: parse_options
 #include "ddp/process_group.h"              // defines: ProcessGroup, resolve_backend
-#include "ddp/run_report.h"                 // defines: host_name
+#include "ddp/run_main.h"                   // defines: run_main, ddp::Error (error.h)
 #include "diagnostics/preflight.h"          // defines: wait_for_master, check_master_is_here, check_init_file,
                                             //          idle_gpus_warning
 

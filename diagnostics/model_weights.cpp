@@ -16,8 +16,8 @@
 #include "ddp/data.h"          // defines: DistributedSampler, Loader (the first training batch)
 #include "ddp/device.h"        // defines: choose_device
 #include "ddp/epoch_report.h"  // defines: EpochReporter (checksum, --export-weights)
-#include "ddp/error.h"         // defines: run_main
 #include "ddp/options.h"       // defines: Options, parse_options
+#include "ddp/run_main.h"      // defines: run_main
 #include "ddp/snapshot.h"      // defines: load_model_weights
 #include "ddp/workload.h"      // defines: make_workload (model, --init-weights), evaluate
 

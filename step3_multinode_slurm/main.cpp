@@ -4,18 +4,18 @@
 // first node and its id give the master address and port. `scripts/diff-step 3` shows the answers.
 #include <torch/torch.h>
 
+#include "ddp/check_launch.h"               // defines: LaunchValues, check_launch (who am I); job_port (launch_env.h)
 #include "ddp/compute.h"                    // defines: configure_compute (threads per rank, --deterministic)
 #include "ddp/data.h"                       // defines: DistributedSampler (the data order), Loader (batches)
 #include "ddp/device.h"                     // defines: choose_device, workers_per_node
 #include "ddp/distributed_data_parallel.h"  // defines: DistributedDataParallel
 #include "ddp/epoch_report.h"               // defines: EpochReporter (every line a rank prints, losses, metrics)
-#include "ddp/error.h"                      // defines: run_main, exit codes
+#include "ddp/from_options.h"               // defines: save/load_snapshot, ddp_options, process_group_options
 #include "ddp/hostlist.h"                   // defines: expand_hostlist (Slurm's node lists)
-#include "ddp/launch_env.h"                 // defines: LaunchValues, check_launch (who am I), job_port
 #include "ddp/options.h"                    // defines: Options, parse_options
 #include "ddp/process_group.h"              // defines: ProcessGroup
+#include "ddp/run_main.h"                   // defines: run_main; exit codes (error.h)
 #include "ddp/run_report.h"                 // defines: print_settings, print_rank_table
-#include "ddp/snapshot.h"                   // defines: save_snapshot, load_snapshot
 // TODO(step2): the launcher starts the processes: no spawn any more.
 #include "ddp/stop_agreement.h"  // defines: StopAgreement (all ranks stop at one step on SIGTERM/SIGUSR1)
 #include "ddp/workload.h"        // defines: Workload (data, model, optimizer, loss)

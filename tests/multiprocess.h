@@ -23,6 +23,7 @@
 #include "ddp/files.h"
 #include "ddp/launch_env.h"
 #include "ddp/process_group.h"
+#include "ddp/run_main.h"
 #include "ddp/spawn.h"
 
 namespace ddp_test {

@@ -4,9 +4,11 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "ddp/check_launch.h"
 #include "ddp/error.h"
 #include "ddp/launch_env.h"
 #include "ddp/options.h"
+#include "ddp/run_main.h"
 
 using ddp::EnvMap;
 using ddp::resolve_launch_env;

@@ -17,6 +17,7 @@
 
 #include "ddp/error.h"
 #include "ddp/files.h"
+#include "ddp/from_options.h"
 #include "ddp/sharded_snapshot.h"
 #include "multiprocess.h"
 

@@ -9,6 +9,7 @@
 
 #include "ddp/error.h"
 #include "ddp/files.h"
+#include "ddp/from_options.h"
 #include "ddp/models.h"
 #include "ddp/options.h"
 #include "ddp/snapshot.h"

@@ -3,22 +3,22 @@
 // New since step 3 (TODO(step4)): ZeRO's wrapper and optimizer, clipping and warm-up, a shard per rank. diff-step 4.
 #include <torch/torch.h>
 
+#include "ddp/check_launch.h"    // defines: LaunchValues, check_launch (who am I); job_port (launch_env.h)
 #include "ddp/compute.h"         // defines: configure_compute (threads per rank, --deterministic)
 #include "ddp/data.h"            // defines: DistributedSampler (the data order), Loader (batches)
 #include "ddp/device.h"          // defines: choose_device, visible_gpus
 #include "ddp/epoch_report.h"    // defines: EpochReporter (every line a rank prints, losses, metrics)
-#include "ddp/error.h"           // defines: run_main, exit codes
 #include "ddp/hostlist.h"        // defines: expand_hostlist (Slurm's node lists)
-#include "ddp/launch_env.h"      // defines: LaunchValues, check_launch (who am I), job_port
 #include "ddp/options.h"         // defines: Options, parse_options
 #include "ddp/process_group.h"   // defines: ProcessGroup
+#include "ddp/run_main.h"        // defines: run_main; exit codes (error.h)
 #include "ddp/run_report.h"      // defines: print_settings, print_rank_table
 #include "ddp/stop_agreement.h"  // defines: StopAgreement (all ranks stop at one step on SIGTERM/SIGUSR1)
 #include "ddp/workload.h"        // defines: Workload (data, model, optimizer, loss)
 // TODO(step4): ZeRO's model wrapper, optimizer and snapshots instead of DDP's (start at ddp/zero_data_parallel.h).
-#include "ddp/sharded_snapshot.h"    // defines: ShardedAdamW, save/load_sharded_snapshot (a shard per rank)
-#include "ddp/zero_data_parallel.h"  // defines: ZeroDataParallel, zero_options
-#include "ddp/zero_settings.h"       // defines: learning_rate_at (DeepSpeed's WarmupLR)
+#include "ddp/from_options.h"   // defines: save/load_sharded_snapshot (a shard per rank), zero_options, adam_options
+#include "ddp/sharded_adamw.h"  // defines: ShardedAdamW; ZeroDataParallel (zero_data_parallel.h)
+#include "ddp/zero_settings.h"  // defines: learning_rate_at (DeepSpeed's WarmupLR)
 
 class Trainer {
  public:

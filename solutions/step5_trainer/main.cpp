@@ -8,8 +8,8 @@
 // launcher (torchrun, mpirun, srun) or starts the workers, picks the device, joins the process group,
 // wraps the model for --strategy single|ddp|zero1|zero2, trains, snapshots, resumes and reports;
 // README.md shows where each line of steps 0-3 went. What stays is what you train: the workload.
-#include "ddp/error.h"     // defines: run_main, exit codes
 #include "ddp/options.h"   // defines: Options, parse_options
+#include "ddp/run_main.h"  // defines: run_main; exit codes (error.h)
 #include "ddp/trainer.h"   // defines: Trainer (fit: the strategy, launcher, loop, snapshots of steps 0-4)
 #include "ddp/workload.h"  // defines: make_workload (data, model, optimizer, loss: what is trained)
 

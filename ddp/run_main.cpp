@@ -1,9 +1,9 @@
-#include "ddp/error.h"
+#include "ddp/run_main.h"
 
 #include <cstdio>
 #include <exception>
 
-#include "ddp/host_memory.h"
+#include "ddp/process.h"
 
 namespace ddp {
 namespace {
@@ -28,12 +28,7 @@ std::string& error_prefix() {
 void set_error_prefix(const std::string& prefix) { error_prefix() = prefix; }
 
 int run_main(const std::function<int()>& body, const std::string& prefix) {
-  keep_freed_host_memory();  // before the first tensor: steps stop paying page faults
-  static const bool line_buffered = [] {
-    std::fflush(stdout);
-    return std::setvbuf(stdout, nullptr, _IOLBF, BUFSIZ) == 0;
-  }();
-  (void)line_buffered;
+  configure_process(ProcessSettings{});  // every setting: before the first tensor and thread
   // Read when the error is printed: check_launch may have named the process by then.
   auto who = [&] {
     const std::string& name = error_prefix().empty() ? prefix : error_prefix();
