@@ -311,7 +311,7 @@ Json identity_of(const SnapshotOwner& o) {
   return {{"name", o.program}, {"kind", o.kind}, {"step", o.step}, {"dataset", o.dataset}};
 }
 
-// "step4_sharded (solution) training synthetic", as a plain snapshot names its writer.
+// "train_zero (solution) training synthetic", as a plain snapshot names its writer.
 std::string writer_of(const Json& id) {
   SnapshotOwner o;
   o.program = id.value("name", std::string());

@@ -6,7 +6,7 @@
 
 #include "ddp/checked_file.h"
 #include "ddp/error.h"
-#include "ddp/sharded_snapshot.h"  // sharded_snapshot_writer: a step 4 manifest where a plain snapshot is expected
+#include "ddp/sharded_snapshot.h"  // sharded_snapshot_writer: a ZeRO manifest where a plain snapshot is expected
 
 #ifdef DDPW_HAVE_CUDA
 #include <ATen/cuda/CUDAGeneratorImpl.h>
@@ -56,7 +56,7 @@ SnapshotOwner read_owner(torch::serialize::InputArchive& archive, const std::str
 }
 
 // Another program's snapshot would load (same model, same shapes) and resume the wrong run: an
-// exercise would "finish" the solution's training and print its checksum.
+// unfinished run would "finish" another one's training and print its checksum.
 void check_owner(torch::serialize::InputArchive& archive, const std::string& path, const SnapshotOwner& mine) {
   SnapshotOwner theirs = read_owner(archive, path);
   theirs.step = mine.step;  // the plain format does not record it (the program's name implies it)
@@ -94,7 +94,7 @@ std::optional<torch::serialize::InputArchive> open_archive(const std::string& pa
   try {
     payload = read_checked_file(path, kMagic, kVersion, "snapshot");
   } catch (const CheckedFileError& e) {
-    // A ZeRO program's manifest (step 4, JSON) at this path: say whose, not only "wrong magic bytes".
+    // A ZeRO program's manifest (JSON) at this path: say whose, not only "wrong magic bytes".
     // Only for a file that opens like JSON: the manifest reader asks this file's writer in turn.
     std::ifstream file(path, std::ios::binary);
     char first = 0;

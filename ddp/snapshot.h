@@ -21,7 +21,7 @@ struct TrainingState {
 };
 
 // Who wrote a snapshot. Recorded in it; a load that expects another owner refuses the file, naming
-// both ("step2_env_launch (solution) training synthetic"), since another program's snapshot of the
+// both ("train (solution) training synthetic"), since another program's snapshot of the
 // same model would load and resume the wrong run.
 struct SnapshotOwner {
   std::string program;  // e.g. the executable's name ("": none recorded)
@@ -47,7 +47,7 @@ std::optional<TrainingState> load_snapshot(const std::string& path, torch::nn::M
                                            torch::optim::Optimizer& optimizer, int64_t world_size,
                                            const std::optional<SnapshotOwner>& owner = {});
 
-// "step4_sharded (exercise) training synthetic": who wrote the plain snapshot at `path` (its
+// "train (solution) training synthetic": who wrote the plain snapshot at `path` (its
 // owner's label); "" when it is not a readable plain snapshot (e.g. a sharded snapshot's manifest
 // there instead) or records no owner.
 std::string snapshot_writer(const std::string& path);
