@@ -6,7 +6,7 @@
 //
 // Workloads (per rank):
 //   synthetic  Linear(20,1) on 2048x20 samples, batch 32, SGD lr 1e-2, MSE (overhead-bound)
-//   cnn        ddp::MnistCnn, batch 64, ddp::Adadelta lr 1.0, NLL, random [N,1,28,28] images
+//   cnn        ddpw::MnistCnn, batch 64, ddp::Adadelta lr 1.0, NLL, random [N,1,28,28] images
 //              (or --dataset fashion-mnist)
 //   mlp        10 x (Linear(1024,1024)+ReLU) + Linear(1024,10) = 10.5 M parameters, batch 32,
 //              SGD lr 1e-2, cross-entropy: enough gradient to show what overlapping buys
@@ -43,18 +43,18 @@
 #include <thread>
 #include <vector>
 
+#include "course/idx.h"                     // defines: load_idx_dataset (Fashion-MNIST)
+#include "course/models.h"                  // defines: Model, LinearRegressor, MnistCnn
+#include "course/run_main.h"                // defines: run_main; Error, exit codes (error.h)
+#include "course/sync_counter.h"            // defines: SyncCounter (host synchronizations per step)
 #include "ddp/adadelta.h"                   // defines: Adadelta (the CNN's optimizer)
 #include "ddp/data.h"                       // defines: Dataset, DistributedSampler, Loader
 #include "ddp/device.h"                     // defines: choose_device, device_name
 #include "ddp/distributed_data_parallel.h"  // defines: DistributedDataParallel (overlapped mode)
-#include "ddp/error.h"                      // defines: Error, run_main, exit codes
-#include "ddp/idx.h"                        // defines: load_idx_dataset (Fashion-MNIST)
+#include "ddp/host.h"                       // defines: host_name
 #include "ddp/launch_env.h"                 // defines: resolve_launch_env (torchrun, mpirun, srun)
-#include "ddp/models.h"                     // defines: Model, LinearRegressor, MnistCnn
 #include "ddp/process_group.h"              // defines: ProcessGroup (Gloo / NCCL)
-#include "ddp/run_report.h"                 // defines: host_name
 #include "ddp/sgd.h"                        // defines: Sgd (multi-tensor on GPUs, as torch.optim.SGD)
-#include "ddp/sync_counter.h"               // defines: SyncCounter (host synchronizations per step)
 #include "mlp.h"                            // defines: bench::Mlp (the mlp workload)
 
 #ifdef DDPW_HAVE_CUDA
@@ -139,7 +139,7 @@ using Loss = std::function<torch::Tensor(const torch::Tensor&, const torch::Tens
 
 struct Workload {
   ddp::Dataset data;
-  std::shared_ptr<ddp::Model> model;
+  std::shared_ptr<ddpw::Model> model;
   std::unique_ptr<torch::optim::Optimizer> optimizer;
   Loss loss;
 };
@@ -149,16 +149,16 @@ Workload make_workload(const BenchOptions& o, const torch::Device& device) {
   torch::manual_seed(static_cast<int64_t>(o.seed));
   if (o.workload == "synthetic") {
     w.data = ddp::make_synthetic_dataset(2048, 20, o.seed);
-    w.model = std::make_shared<ddp::LinearRegressor>(20);
+    w.model = std::make_shared<ddpw::LinearRegressor>(20);
     w.loss = [](const torch::Tensor& out, const torch::Tensor& y) { return torch::mse_loss(out, y); };
   } else if (o.workload == "cnn") {
     if (o.dataset == "fashion-mnist") {
-      w.data = ddp::load_idx_dataset(o.data_dir, ddp::Split::kTrain, 0.2860, 0.3530);
+      w.data = ddpw::load_idx_dataset(o.data_dir, ddpw::Split::kTrain, 0.2860, 0.3530);
     } else {
       w.data.inputs = torch::rand({o.samples, 1, 28, 28});
       w.data.targets = torch::randint(0, 10, {o.samples}, torch::kLong);
     }
-    w.model = std::make_shared<ddp::MnistCnn>();
+    w.model = std::make_shared<ddpw::MnistCnn>();
     w.loss = [](const torch::Tensor& out, const torch::Tensor& y) { return torch::nll_loss(out, y); };
   } else {
     w.data.inputs = torch::rand({o.samples, 1024});
@@ -178,7 +178,7 @@ Workload make_workload(const BenchOptions& o, const torch::Device& device) {
 // The approach of pytorch/examples cpp/distributed: every gradient allreduced after backward.
 class NaiveAllreduce {
  public:
-  NaiveAllreduce(ddp::Model& model, ddp::ProcessGroup& pg) : params_(model.parameters()), pg_(pg) {
+  NaiveAllreduce(ddpw::Model& model, ddp::ProcessGroup& pg) : params_(model.parameters()), pg_(pg) {
     torch::NoGradGuard no_grad;  // in-place writes into leaves that require grad
     for (auto& p : params_) {    // one at a time: Gloo's list form means one tensor per device
       std::vector<torch::Tensor> one{p};
@@ -342,18 +342,18 @@ int train_bench(const BenchOptions& o, const ddp::LaunchEnv& launch, ddp::Proces
   int64_t params = 0;
   for (const auto& p : w.model->parameters()) params += p.numel();
 
-  std::unique_ptr<ddp::DistributedDataParallel<ddp::Model>> ddp_model;
+  std::unique_ptr<ddp::DistributedDataParallel<ddpw::Model>> ddp_model;
   std::unique_ptr<NaiveAllreduce> naive;
   // shared_ptr that does not own: the pg outlives both, DistributedDataParallel wants shared.
   std::shared_ptr<ddp::ProcessGroup> pg_ref(&pg, [](ddp::ProcessGroup*) {});
   if (o.mode == "overlapped") {
     ddp::DdpOptions options;
     options.bucket_mb = o.bucket_mb;
-    ddp_model = std::make_unique<ddp::DistributedDataParallel<ddp::Model>>(w.model, pg_ref, options);
+    ddp_model = std::make_unique<ddp::DistributedDataParallel<ddpw::Model>>(w.model, pg_ref, options);
   } else if (o.mode == "naive") {
     naive = std::make_unique<NaiveAllreduce>(*w.model, pg);
   }
-  ddp::Model& model = *w.model;
+  ddpw::Model& model = *w.model;
 
   ddp::DistributedSampler sampler(w.data.size(), world, rank, o.seed);
   ddp::Loader loader(w.data, sampler, o.batch_size, device);  // on a GPU the data move there once
@@ -362,7 +362,7 @@ int train_bench(const BenchOptions& o, const ddp::LaunchEnv& launch, ddp::Proces
 
   model.train();
   StepTimes timer(device, o.steps);
-  ddp::SyncCounter syncs;
+  ddpw::SyncCounter syncs;
   torch::Tensor final_loss;
   double cpu_start = 0;
   for (int64_t step = 0; step < o.warmup + o.steps; ++step) {
@@ -563,7 +563,7 @@ int main(int argc, char** argv) {
   const BenchOptions o = parse(argc, argv);
   const char* rank = std::getenv("RANK");  // names the failing process in a multi-rank log
   ddp::LaunchEnv launch;
-  return ddp::run_main(
+  return ddpw::run_main(
       [&] {
         launch = ddp::resolve_launch_env(ddp::current_environment());
         if (!launch.warning.empty()) std::fprintf(stderr, "warning: %s\n", launch.warning.c_str());

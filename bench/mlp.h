@@ -5,11 +5,11 @@
 
 #include <torch/torch.h>
 
-#include "ddp/models.h"
+#include "course/models.h"
 
 namespace bench {
 
-class Mlp : public ddp::Model {
+class Mlp : public ddpw::Model {
  public:
   explicit Mlp(int64_t width = 1024, int hidden_layers = 10, int64_t classes = 10) {
     for (int i = 0; i < hidden_layers; ++i) {

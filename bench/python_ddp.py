@@ -55,7 +55,7 @@ class LinearRegressor(nn.Module):
 
 
 class MnistCnn(nn.Module):
-    """The pytorch/examples MNIST net (ddp::MnistCnn)."""
+    """The pytorch/examples MNIST net (ddpw::MnistCnn)."""
 
     def __init__(self):
         super().__init__()

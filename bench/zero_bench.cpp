@@ -30,9 +30,9 @@
 #include <string>
 #include <vector>
 
+#include "course/run_main.h"                // defines: run_main, exit codes (error.h)
 #include "ddp/device.h"                     // defines: choose_device
 #include "ddp/distributed_data_parallel.h"  // defines: DistributedDataParallel (the baseline)
-#include "ddp/error.h"                      // defines: run_main, exit codes
 #include "ddp/launch_env.h"                 // defines: resolve_launch_env (torchrun, mpirun, srun)
 #include "ddp/process_group.h"              // defines: ProcessGroup (Gloo / NCCL)
 #include "ddp/sharded_adamw.h"              // defines: ShardedAdamW
@@ -296,7 +296,7 @@ int collectives_bench(const BenchOptions& o, ddp::ProcessGroup& pg, const torch:
 int main(int argc, char** argv) {
   const BenchOptions o = parse(argc, argv);
   const char* rank = std::getenv("RANK");
-  return ddp::run_main(
+  return ddpw::run_main(
       [&] {
         const auto launch = ddp::resolve_launch_env(ddp::current_environment());
         if (!launch.warning.empty()) std::fprintf(stderr, "warning: %s\n", launch.warning.c_str());

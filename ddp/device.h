@@ -1,7 +1,7 @@
 // defines: choose_device — the device a rank trains on. CUDA when available (local rank -> GPU,
 //          bound before any NCCL work), else CPU; gpu_bus_id, the PCI address that names a GPU
 //          whatever CUDA_VISIBLE_DEVICES calls it (whether ranks may share a GPU is decided from
-//          it, over the store: gpu_sharing.h); workers_per_node, step 1's worker count.
+//          it, over the store: gpu_sharing.h); workers_per_node, the workers for spawn().
 #pragma once
 
 #include <torch/torch.h>
@@ -21,7 +21,7 @@ torch::Device choose_device(const std::string& requested, int local_rank);
 // "0000:3b:00.0" for a CUDA device (from torch's own CUDA runtime), "" for the CPU.
 std::string gpu_bus_id(const torch::Device& device);
 
-// Step 1's workers on this node: one per visible GPU, or `nproc` on the CPU (no GPU visible, or
+// Workers to spawn on this node: one per visible GPU, or `nproc` on the CPU (no GPU visible, or
 // --device cpu). When GPUs decide, says so in one line on stdout, since --nproc is then unused.
 int workers_per_node(const std::string& requested_device, int nproc);
 

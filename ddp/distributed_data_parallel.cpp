@@ -3,43 +3,9 @@
 #include <algorithm>
 
 #include "ddp/error.h"
-#include "ddp/launch_env.h"
 #include "ddp/model_broadcast.h"
 
 namespace ddp {
-
-DdpOptions ddp_options(const Options& o) {
-  if (o.zero_stage > 0) {
-    const ProgramId& p = o.program;
-    throw Error(p.label() + " was asked for ZeRO stage " + std::to_string(o.zero_stage) +
-                    (o.deepspeed_config_path.empty() ? "" : " (--deepspeed-config " + o.deepspeed_config_path + ")") +
-                    ", but it wraps the model in DistributedDataParallel, which keeps the whole optimizer state on "
-                    "every rank",
-                p.kind == "exercise" && p.step == 4
-                    ? "complete TODO(step4) in " + p.name +
-                          "/main.cpp: wrap the model in ddp::ZeroDataParallel "
-                          "(ddp/zero_data_parallel.h) and step a ddp::ShardedAdamW"
-                    : "train with ZeRO in step4_sharded, or step5_trainer --strategy zero2");
-  }
-  // Step 4's exercise as shipped is step 3's DDP program. One process has nothing to shard, so it runs;
-  // several ranks would each keep the whole optimizer state, which is what the step is about to remove.
-  if (o.program.kind == "exercise" && o.program.step == 4) {
-    int world = 1;
-    try {
-      world = resolve_launch_env(current_environment(), launch_overrides(o)).world_size;
-    } catch (const Error&) {
-      // check_launch, which the program called first, accepted this launch: not reached
-    }
-    if (world > 1)
-      throw Error(o.program.label() + " was started as " + std::to_string(world) +
-                      " ranks, but wraps the model in DistributedDataParallel: every rank would keep the whole "
-                      "optimizer state, the copy that ZeRO shards",
-                  "complete TODO(step4) in " + o.program.name +
-                      "/main.cpp: wrap the model in ddp::ZeroDataParallel "
-                      "(ddp/zero_data_parallel.h) and step a ddp::ShardedAdamW; or run it as one process");
-  }
-  return {o.bucket_mb, o.find_unused_parameters, true};
-}
 
 GradientReducer::GradientReducer(std::shared_ptr<torch::nn::Module> module, std::shared_ptr<ProcessGroup> pg,
                                  DdpOptions options)

@@ -27,7 +27,6 @@
 
 #include "ddp/flat_buckets.h"
 #include "ddp/gradient_hooks.h"
-#include "ddp/options.h"
 #include "ddp/process_group.h"
 
 namespace ddp {
@@ -37,10 +36,6 @@ struct DdpOptions {
   bool find_unused_parameters = false;
   bool broadcast_buffers = true;  // at construction
 };
-
-// --bucket-mb and --find-unused-parameters. A run asked for ZeRO (--zero, --deepspeed-config), or step
-// 4's exercise started as several ranks, is an error naming TODO(step4): it would train without ZeRO.
-DdpOptions ddp_options(const Options& o);
 
 // The engine behind DistributedDataParallel (no template: compiled once).
 class GradientReducer {

@@ -1,13 +1,12 @@
-// defines: ddp::Error (a message plus a hint a person can act on), DDP_CHECK, run_main.
+// defines: ddp::Error (a message plus a hint a person can act on), DDP_CHECK, the exit codes.
 #pragma once
 
-#include <functional>
 #include <stdexcept>
 #include <string>
 
 namespace ddp {
 
-// Exit codes every program of the course uses.
+// Exit codes: what spawn() returns for its workers, and what the programs built on the library return.
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitError = 1;
 inline constexpr int kExitUsage = 2;
@@ -23,18 +22,6 @@ class Error : public std::runtime_error {
  private:
   std::string hint_;
 };
-
-// Runs a program's body, turning every exception into one readable message and an exit code.
-// The prefix (e.g. "[hello]") tells which process failed in a multi-process log, unless
-// set_error_prefix has named the process. First it applies keep_freed_host_memory()
-// (host_memory.h), so every program gets the same allocator settings, and makes stdout line
-// buffered, so that the lines of several ranks in one log stay whole and in order without a
-// flush after every print.
-int run_main(const std::function<int()>& body, const std::string& prefix = "");
-
-// From now on run_main's error lines start with `prefix`. check_launch (launch_env.h) sets
-// "[rank R @ host]" once it knows the rank: a merged srun log then says who failed.
-void set_error_prefix(const std::string& prefix);
 
 }  // namespace ddp
 

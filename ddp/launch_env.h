@@ -1,8 +1,7 @@
-// defines: LaunchEnv — "who am I": rank, local rank, world size and master address;
-//          check_launch, which checks what a step program read from its launcher (LaunchValues,
-//          env, env_int, job_port) and completes it; and resolve_launch_env, the library's own
-//          reading of whichever launcher started the process (torchrun, OpenMPI's mpirun, Slurm's
-//          srun), which the diagnostics use and check_launch compares against.
+// defines: LaunchEnv — "who am I": rank, local rank, world size and master address; and
+//          resolve_launch_env, the library's reading of whichever launcher started the process
+//          (torchrun, OpenMPI's mpirun, Slurm's srun); env, env_int, job_port and mpirun_port for a
+//          program that reads its launcher's variables itself; validate_launch_env.
 #pragma once
 
 #include <cstdint>
@@ -11,8 +10,6 @@
 #include <string>
 
 namespace ddp {
-
-struct Options;
 
 struct LaunchEnv {
   int global_rank = 0;
@@ -25,7 +22,7 @@ struct LaunchEnv {
   std::string init_method;        // empty: TCP store at master_addr:master_port; or "file:///path"
   bool agent_store = false;       // torchrun hosts the store itself (TORCHELASTIC_USE_AGENT_STORE)
   int restart_count = 0;          // torchrun's TORCHELASTIC_RESTART_COUNT: keys of a new attempt are fresh
-  std::string launcher = "none";  // "options", "torchrun", "openmpi", "slurm" or "none"
+  std::string launcher = "none";  // "options" (the program set it), "torchrun", "openmpi", "slurm" or "none"
   std::string warning;            // set when something looks like a launch mistake (printed, not fatal)
 };
 
@@ -51,13 +48,18 @@ LaunchEnv resolve_launch_env(const EnvMap& env, const LaunchOverrides& overrides
 // One line for logs: "torchrun: rank 1 of 2, local rank 1 of 2, master 127.0.0.1:29500".
 std::string describe(const LaunchEnv& launch);
 
-// What a step program read about itself (steps 1-3 fill it in, on screen); unset means "not
-// given". check_launch checks it and completes it into a LaunchEnv.
-struct LaunchValues {
-  std::optional<int> global_rank, local_rank, world_size, local_world_size;
-  std::optional<std::string> master_addr;
-  std::optional<int> master_port;
+// Throws ddp::Error, naming the launcher's variable to fix, when a value is out of range: world
+// size below 1, a rank outside it, a local world size or local rank that does not fit, a master
+// port that is not a TCP port (0 means none chosen). resolve_launch_env calls it.
+void validate_launch_env(const LaunchEnv& launch);
+
+// The variables (or options) that give a launcher's ranks, in its own words, for error hints:
+// {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"} for torchrun, OMPI_COMM_WORLD_* for
+// "openmpi", SLURM_* for "slurm", words for "options".
+struct LaunchVariables {
+  const char *rank, *world_size, *local_rank, *local_world_size;
 };
+LaunchVariables launch_variables(const std::string& launcher);
 
 // One variable of this process's environment: nullopt when unset or empty.
 std::optional<std::string> env(const std::string& name);
@@ -65,24 +67,11 @@ std::optional<std::string> env(const std::string& name);
 std::optional<int> env_int(const std::string& name);
 
 // The rendezvous port of a Slurm job when its script exported none: 20000 + job id % 20000, so
-// that the jobs sharing a node use different ports. (The course's batch scripts export a
-// MASTER_PORT they found free on the first node, starting from the job id: clusters/common.sh.)
+// that the jobs sharing a node use different ports. (A batch script may rather export a
+// MASTER_PORT it found free on the first node.)
 int job_port(int64_t job_id);
 
 // The same for an mpirun job without MASTER_PORT, from its PMIx namespace (one per mpirun).
 int mpirun_port(const std::string& job);
-
-// The step programs' resolver. Checks `me` and returns the launch description:
-// - nothing read (`me` empty): one process, rank 0 of 1 — unless a launcher started this
-//   process as one of several ranks, which is an error naming what to do (for an exercise: the
-//   TODO(stepN) to complete);
-// - values read from a launcher's environment must agree with the library's own reading of it
-//   (resolve_launch_env): a wrong variable is an error naming the right one, before anyone waits;
-// - values a program set itself (step 1's workers, which spawn started) are taken as they are;
-// - what was not read is completed (local world size from the launcher, master 127.0.0.1 when
-//   all ranks share this node; the port rules of resolve_launch_env), then --master-addr, --master-port and
-//   --init-method apply, and every value is range-checked with the launcher's variable named in the fix.
-// Once the rank is known, run_main's errors start with "[rank R @ host]" (set_error_prefix).
-LaunchEnv check_launch(const LaunchValues& me, const Options& options);
 
 }  // namespace ddp

@@ -4,15 +4,8 @@
 #include <vector>
 
 #include "ddp/error.h"
-#include "ddp/zero_settings.h"
 
 namespace ddp {
-
-AdamOptions adam_options(const AdamConfig& c) {
-  return {c.lr, c.beta1, c.beta2, c.eps, c.weight_decay, c.decoupled_weight_decay};
-}
-
-AdamOptions adam_options(const Options& o) { return adam_options(adam_config(o)); }
 
 void adam_step(torch::TensorList params, torch::TensorList grads, torch::TensorList exp_avgs,
                torch::TensorList exp_avg_sqs, int64_t step, const AdamOptions& o) {

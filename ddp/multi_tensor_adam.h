@@ -9,9 +9,6 @@
 
 #include <cstdint>
 
-#include "ddp/deepspeed_config.h"
-#include "ddp/options.h"
-
 namespace ddp {
 
 struct AdamOptions {
@@ -22,11 +19,6 @@ struct AdamOptions {
   double weight_decay = 0;
   bool decoupled_weight_decay = true;  // AdamW (p *= 1 - lr * wd); false: Adam (grad += wd * p)
 };
-
-// The optimizer section of a ds_config.json.
-AdamOptions adam_options(const AdamConfig& config);
-// A ZeRO program's: ds_config.json's optimizer, else AdamW's defaults; --lr wins (zero_settings.h).
-AdamOptions adam_options(const Options& options);
 
 // Updates params, exp_avgs and exp_avg_sqs in place (all lists of equal length and matching
 // shapes; grads are only read). `step` counts this step, 1 for the first: bias correction uses it.

@@ -1,4 +1,4 @@
-// defines: what the course's optimizers (Adadelta, Sgd) share: the key of a parameter's state, the
+// defines: what the library's optimizers (Adadelta, Sgd) share: the key of a parameter's state, the
 //          choice between multi-tensor (_foreach_*) and per-tensor updates as torch.optim makes it,
 //          and the grouping of parameters by device and dtype that multi-tensor kernels need.
 #pragma once

@@ -7,8 +7,6 @@
 #include <fcntl.h>
 #include <netdb.h>
 #include <poll.h>
-#include <signal.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -24,11 +22,14 @@
 #include "ddp/error.h"
 #include "ddp/gloo_backend.h"
 #include "ddp/gpu_sharing.h"
-#include "ddp/run_report.h"
+#include "ddp/host.h"
 #include "ddp/spawn.h"
 #include "ddp/stop_signal.h"
 
 #ifdef DDPW_HAVE_NCCL
+#ifndef USE_C10D_NCCL
+#define USE_C10D_NCCL  // ProcessGroupNCCL.hpp is guarded by it; not every LibTorch exports it
+#endif
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
@@ -45,7 +46,7 @@ auto disable_libuv(T& options, int) -> decltype(options.useLibUV = false, void()
 template <typename T>
 void disable_libuv(T&, long) {}
 
-// Serve on a socket that is already bound and listening (step 1: the parent chose a free port and
+// Serve on a socket that is already bound and listening (spawn: the parent chose a free port and
 // held it, spawn.h), as torchrun hands its socket to the store. A LibTorch without
 // masterListenFd binds the port itself: the socket is closed just before, freeing the port.
 template <typename T>
@@ -70,7 +71,8 @@ bool contains(const std::string& text, const char* needle) { return text.find(ne
 // How to choose another master port, in the words of whoever set this one. (Under torchrun 2.x
 // the agent serves the store and rank 0 binds nothing: a taken port there is one set by hand.)
 std::string other_port_hint(const LaunchEnv& launch) {
-  if (launch.launcher == "options") return "leave out --master-port (step 1 then picks a free port), or choose another";
+  if (launch.launcher == "options")
+    return "leave out --master-port (the program then picks a free port), or choose another";
   return "choose another port: export MASTER_PORT=N (torchrun: --master-port N) or pass --master-port N; "
          "e.g. 20000 + job id % 20000, so jobs sharing a node differ";
 }
@@ -185,12 +187,8 @@ c10::intrusive_ptr<CommBackend> make_nccl_backend([[maybe_unused]] const c10::in
                                                   [[maybe_unused]] int rank, [[maybe_unused]] int size,
                                                   [[maybe_unused]] std::chrono::milliseconds collective_timeout) {
 #ifdef DDPW_HAVE_NCCL
-  // How NCCL failures reach this program (the header comment says why), where the user has not
-  // chosen: the constructor reads them.
-  const char* dump = std::getenv("TORCH_NCCL_DUMP_ON_TIMEOUT");
-  if (dump == nullptr || std::string(dump) == "0") ::setenv("TORCH_NCCL_WAIT_TIMEOUT_DUMP_MILSEC", "1000", 0);
-  ::setenv("TORCH_NCCL_DUMP_ON_TIMEOUT", "0", 0);
-  ::setenv("TORCH_NCCL_ASYNC_ERROR_HANDLING", "2", 0);
+  // How NCCL failures reach this program (the header comment says why) is read by the constructor
+  // from TORCH_NCCL_* variables: configure_process (process.h) sets this library's choice.
   auto nccl = c10d::ProcessGroupNCCL::Options::create();
   nccl->timeout = collective_timeout;  // the watchdog's limit per collective
   return c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, size, nccl);
@@ -296,12 +294,6 @@ ProcessGroup::ProcessGroup(const LaunchEnv& launch, const torch::Device& device,
             "the NCCL backend needs a CUDA device, this rank has " + device.str(),
             "use --backend gloo for CPU training, or --device cuda");
 
-  // A worker must not outlive the launcher that started it (torchrun killed by a time limit).
-  if (launch.launcher == "torchrun") ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-  // When a peer dies, Gloo's next write to its socket raises SIGPIPE, which by default ends this
-  // process at once and silently (exit -13) instead of failing the collective with an error that
-  // names it. Python ignores SIGPIPE at start-up, so Python DDP never meets this; we do the same.
-  ::signal(SIGPIPE, SIG_IGN);
   store_ = rendezvous(launch, options.rendezvous_timeout);
   // Two processes claiming one rank (a launcher inside a launcher) would silently corrupt the group.
   if (store_->add("ddpw/rank_claimed/" + std::to_string(rank_), 1) != 1) {
@@ -543,14 +535,6 @@ bool any_rank(ProcessGroup* pg, bool mine) {
   auto flag = torch::tensor({mine ? 1.0f : 0.0f}).to(pg->device());
   pg->allreduce_sum(flag, "stop agreement");
   return flag.item<float>() > 0;
-}
-
-ProcessGroupOptions process_group_options(const Options& o) {
-  ProcessGroupOptions p;
-  p.backend = o.backend;
-  p.rendezvous_timeout = std::chrono::milliseconds(static_cast<int64_t>(o.rendezvous_timeout_s * 1000));
-  p.collective_timeout = std::chrono::milliseconds(static_cast<int64_t>(o.collective_timeout_s * 1000));
-  return p;
 }
 
 std::shared_ptr<ProcessGroup> init_process_group(const LaunchEnv& launch, const torch::Device& device,

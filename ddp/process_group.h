@@ -5,12 +5,14 @@
 // How a failure, a hang or a stop request reaches the host (read against PyTorch's
 // ProcessGroupNCCL, torch 2.11; the NCCL half is confirmed only by a GPU run):
 //  * Gloo runs a collective on its own threads; wait() blocks with the collective timeout and
-//    throws Gloo's error or timeout. Unchanged.
+//    throws Gloo's error or timeout. Unchanged. (A dead peer's socket raises SIGPIPE in the writer:
+//    a program ignores it with configure_process, as Python does, to get that error.)
 //  * NCCL only enqueues: wait() makes the caller's CUDA stream wait, and the host blocks later,
 //    in whatever reads a result (.item()), blind to errors and to SIGTERM. PyTorch's watchdog
 //    thread times each collective; its default on an error or a timeout
-//    (TORCH_NCCL_ASYNC_ERROR_HANDLING=3) kills the process with SIGABRT. So, unless the user set
-//    them, we ask it to abort the communicator and keep the process (ASYNC_ERROR_HANDLING=2: the
+//    (TORCH_NCCL_ASYNC_ERROR_HANDLING=3) kills the process with SIGABRT. So configure_process
+//    (process.h; a program's choice, not made here), unless the user set them, asks it to abort
+//    the communicator and keep the process (ASYNC_ERROR_HANDLING=2: the
 //    GPU work stuck behind the collective is released, the host gets to report), not to dump the
 //    flight recorder into a shared /tmp file nor to let its monitor thread kill the process
 //    minutes later (DUMP_ON_TIMEOUT=0), and to sleep 4 s, not 60 s, after an error before it
@@ -51,7 +53,6 @@
 
 #include "ddp/error.h"
 #include "ddp/launch_env.h"
-#include "ddp/options.h"
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 
@@ -160,9 +161,6 @@ HostWaitResult wait_for_work(c10d::Work& work, const HostWaitPolicy& policy);
 // True on every rank if `mine` is true on any rank (pg may be null: one process). A synchronous
 // allreduce: the host waits for it (on NCCL watching failures and the stop flag).
 bool any_rank(ProcessGroup* pg, bool mine);
-
-// The process-group settings of the command line (--backend, --*-timeout).
-ProcessGroupOptions process_group_options(const Options& options);
 
 // The tutorial's init_process_group: one call, one shared group for the program.
 std::shared_ptr<ProcessGroup> init_process_group(const LaunchEnv& launch, const torch::Device& device,

@@ -40,7 +40,7 @@ class ShardedAdamW {
   void step();
 
   double lr() const { return options_.lr; }
-  void set_lr(double lr) { options_.lr = lr; }  // what a schedule (ddp::WarmupLR) calls before step()
+  void set_lr(double lr) { options_.lr = lr; }  // what a learning-rate schedule calls before step()
   const AdamOptions& options() const { return options_; }
   int64_t steps_taken() const { return steps_; }
 

@@ -305,23 +305,24 @@ std::optional<Error> attempt(F&& f) {
   return std::nullopt;
 }
 
-// Who wrote a snapshot: the manifest's "program" entry (absent when written through the path API).
+// Who wrote a snapshot: the manifest's "program" entry (absent when no owner was given).
 // The dataset stands for the model (same shapes for MNIST and Fashion-MNIST: only it tells them apart).
-Json identity_of(const Options& o) {
-  return {{"name", o.program.name}, {"kind", o.program.kind}, {"step", o.program.step}, {"dataset", o.dataset}};
+Json identity_of(const SnapshotOwner& o) {
+  return {{"name", o.program}, {"kind", o.kind}, {"step", o.step}, {"dataset", o.dataset}};
 }
 
-// "step4_sharded (solution) training synthetic", as a plain snapshot names its writer.
+// "train_zero (solution) training synthetic", as a plain snapshot names its writer.
 std::string writer_of(const Json& id) {
-  ProgramId p;
-  p.name = id.value("name", std::string());
-  p.kind = id.value("kind", std::string());
-  return p.label() + " training " + id.value("dataset", std::string("?"));
+  SnapshotOwner o;
+  o.program = id.value("name", std::string());
+  o.kind = id.value("kind", std::string());
+  o.dataset = id.value("dataset", std::string("?"));
+  return o.label();
 }
 
 // Another program's snapshot would load (same model) and resume the wrong run: refused, naming both.
-void check_writer(const std::string& path, const Manifest& m, const Options& o) {
-  const Json mine = identity_of(o);
+void check_writer(const std::string& path, const Manifest& m, const SnapshotOwner& owner) {
+  const Json mine = identity_of(owner);
   const auto theirs = m.json.find("program");
   if (theirs != m.json.end() && *theirs == mine) return;
   throw Error("sharded snapshot '" + path + "' was written by " +
@@ -421,7 +422,8 @@ void save_sharded(const std::string& path, ShardedAdamW& optimizer, const Traini
   agree(pg, commit);
 }
 
-std::optional<TrainingState> load_sharded(const std::string& path, ShardedAdamW& optimizer, const Options* options) {
+std::optional<TrainingState> load_sharded(const std::string& path, ShardedAdamW& optimizer,
+                                          const SnapshotOwner* owner) {
   ZeroReducer& r = optimizer.reducer();
   ProcessGroup& pg = r.process_group();
   const int rank = pg.rank(), world = pg.size();
@@ -431,7 +433,7 @@ std::optional<TrainingState> load_sharded(const std::string& path, ShardedAdamW&
   std::optional<Manifest> m;
   auto problem = attempt([&] {
     m = read_manifest(path);
-    if (m && options) check_writer(path, *m, *options);
+    if (m && owner) check_writer(path, *m, *owner);
     if (m) check_model(path, *m, r.parameter_names(), r.parameters(), r.module());
   });
   const auto seen = pg.all_gather_strings(problem ? "error"
@@ -511,22 +513,16 @@ std::optional<TrainingState> load_sharded(const std::string& path, ShardedAdamW&
 
 }  // namespace
 
-void save_sharded_snapshot(const std::string& path, ShardedAdamW& optimizer, const TrainingState& state) {
-  save_sharded(path, optimizer, state, nullptr);
+void save_sharded_snapshot(const std::string& path, ShardedAdamW& optimizer, const TrainingState& state,
+                           const std::optional<SnapshotOwner>& owner) {
+  if (!owner) return save_sharded(path, optimizer, state, nullptr);
+  const Json identity = identity_of(*owner);
+  save_sharded(path, optimizer, state, &identity);
 }
 
-void save_sharded_snapshot(const Options& options, ShardedAdamW& optimizer, const TrainingState& state) {
-  const Json identity = identity_of(options);
-  save_sharded(options.snapshot_path, optimizer, state, &identity);
-}
-
-std::optional<TrainingState> load_sharded_snapshot(const std::string& path, ShardedAdamW& optimizer) {
-  return load_sharded(path, optimizer, nullptr);
-}
-
-std::optional<TrainingState> load_sharded_snapshot(const Options& options, ShardedAdamW& optimizer) {
-  if (options.fresh) return std::nullopt;  // the files stay until the first save replaces them
-  return load_sharded(options.snapshot_path, optimizer, &options);
+std::optional<TrainingState> load_sharded_snapshot(const std::string& path, ShardedAdamW& optimizer,
+                                                   const std::optional<SnapshotOwner>& owner) {
+  return load_sharded(path, optimizer, owner ? &*owner : nullptr);
 }
 
 std::string sharded_snapshot_writer(const std::string& path) {

@@ -11,8 +11,8 @@
 //     all shards, reassembles the full state and takes its new slice.
 //   * A missing, truncated, corrupt or foreign shard (one another save wrote) is refused on every
 //     rank with a message that names it; nothing is changed then.
-//   * A program's snapshot (the Options overloads) records in the manifest who wrote it (step,
-//     exercise or solution, dataset), as a plain snapshot does: another program refuses it, naming both.
+//   * Given an owner (SnapshotOwner, snapshot.h), the manifest records who wrote it, as a plain
+//     snapshot does: a load that expects another owner refuses it, naming both.
 // The folder of `path` must be shared by all ranks (as for the plain snapshot).
 #pragma once
 
@@ -21,28 +21,26 @@
 #include <optional>
 #include <string>
 
-#include "ddp/options.h"
 #include "ddp/sharded_adamw.h"
-#include "ddp/snapshot.h"  // TrainingState
+#include "ddp/snapshot.h"  // TrainingState, SnapshotOwner
 #include "ddp/zero_data_parallel.h"
 
 namespace ddp {
 
 // All ranks call it (collective). Throws ddp::Error on every rank if any rank could not write.
-void save_sharded_snapshot(const std::string& path, ShardedAdamW& optimizer, const TrainingState& state);
-// A program's: at options.snapshot_path, with options.program and options.dataset in the manifest.
-void save_sharded_snapshot(const Options& options, ShardedAdamW& optimizer, const TrainingState& state);
+// `owner`, when given, is recorded in the manifest.
+void save_sharded_snapshot(const std::string& path, ShardedAdamW& optimizer, const TrainingState& state,
+                           const std::optional<SnapshotOwner>& owner = {});
 
 // nullopt on every rank when `path` does not exist. All ranks call it (collective). A snapshot
 // taken mid-epoch by another number of ranks resumes at the start of that epoch (the data shards
-// differ), with a warning, as load_snapshot.
-std::optional<TrainingState> load_sharded_snapshot(const std::string& path, ShardedAdamW& optimizer);
-// A program's: options.snapshot_path; nullopt with --fresh (options.fresh). A snapshot another
-// program wrote (another step, the exercise for the solution, another dataset, or none recorded) is
-// refused on every rank with a message naming both and the fix; nothing is changed then.
-std::optional<TrainingState> load_sharded_snapshot(const Options& options, ShardedAdamW& optimizer);
+// differ), with a warning, as load_snapshot. With `owner`: a snapshot another owner wrote (or one
+// that recorded none) is refused on every rank with a message naming both and the fix; nothing is
+// changed then.
+std::optional<TrainingState> load_sharded_snapshot(const std::string& path, ShardedAdamW& optimizer,
+                                                   const std::optional<SnapshotOwner>& owner = {});
 
-// "step4_sharded (solution) training synthetic": who wrote the sharded snapshot whose manifest is
+// "train_zero (solution) training synthetic": who wrote the sharded snapshot whose manifest is
 // `path`; "" when it is not a readable manifest or records no writer.
 std::string sharded_snapshot_writer(const std::string& path);
 

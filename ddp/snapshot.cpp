@@ -6,7 +6,7 @@
 
 #include "ddp/checked_file.h"
 #include "ddp/error.h"
-#include "ddp/sharded_snapshot.h"  // sharded_snapshot_writer: a step 4 manifest where a plain snapshot is expected
+#include "ddp/sharded_snapshot.h"  // sharded_snapshot_writer: a ZeRO manifest where a plain snapshot is expected
 
 #ifdef DDPW_HAVE_CUDA
 #include <ATen/cuda/CUDAGeneratorImpl.h>
@@ -47,22 +47,22 @@ std::string read_string(torch::serialize::InputArchive& archive, const std::stri
   return v.toStringRef();
 }
 
-// "step2_env_launch (solution) training synthetic"
-std::string writer(const ProgramId& program, const std::string& dataset) {
-  return program.label() + " training " + dataset;
+SnapshotOwner read_owner(torch::serialize::InputArchive& archive, const std::string& path) {
+  SnapshotOwner owner;
+  owner.program = read_string(archive, "meta/program", path);
+  owner.kind = read_string(archive, "meta/kind", path);
+  owner.dataset = read_string(archive, "meta/dataset", path);
+  return owner;
 }
 
 // Another program's snapshot would load (same model, same shapes) and resume the wrong run: an
-// exercise would "finish" the solution's training and print its checksum.
-void check_writer(torch::serialize::InputArchive& archive, const Options& options) {
-  const std::string& path = options.snapshot_path;
-  ProgramId theirs;
-  theirs.name = read_string(archive, "meta/program", path);
-  theirs.kind = read_string(archive, "meta/kind", path);
-  const std::string dataset = read_string(archive, "meta/dataset", path);
-  if (theirs.name == options.program.name && theirs.kind == options.program.kind && dataset == options.dataset) return;
-  throw Error("snapshot '" + path + "' was written by " + writer(theirs, dataset) + ", not by this run, " +
-                  writer(options.program, options.dataset) + "; it was left untouched",
+// unfinished run would "finish" another one's training and print its checksum.
+void check_owner(torch::serialize::InputArchive& archive, const std::string& path, const SnapshotOwner& mine) {
+  SnapshotOwner theirs = read_owner(archive, path);
+  theirs.step = mine.step;  // the plain format does not record it (the program's name implies it)
+  if (theirs == mine) return;
+  throw Error("snapshot '" + path + "' was written by " + theirs.label() + ", not by this run, " + mine.label() +
+                  "; it was left untouched",
               "give this run its own file with --snapshot PATH, or start it over with --fresh (its first save "
               "then replaces the file)");
 }
@@ -94,7 +94,7 @@ std::optional<torch::serialize::InputArchive> open_archive(const std::string& pa
   try {
     payload = read_checked_file(path, kMagic, kVersion, "snapshot");
   } catch (const CheckedFileError& e) {
-    // A ZeRO program's manifest (step 4, JSON) at this path: say whose, not only "wrong magic bytes".
+    // A ZeRO program's manifest (JSON) at this path: say whose, not only "wrong magic bytes".
     // Only for a file that opens like JSON: the manifest reader asks this file's writer in turn.
     std::ifstream file(path, std::ios::binary);
     char first = 0;
@@ -123,18 +123,25 @@ torch::Device device_of(torch::nn::Module& model) {
 
 }  // namespace
 
-void save_snapshot(const Options& options, torch::nn::Module& model, torch::optim::Optimizer& optimizer,
-                   const TrainingState& state) {
-  const std::string& path = options.snapshot_path;
+std::string SnapshotOwner::label() const {
+  const std::string who = program.empty()                     ? "this program"
+                          : kind.empty() || kind == "program" ? program
+                                                              : program + " (" + kind + ")";
+  return who + " training " + dataset;
+}
+
+void save_snapshot(const std::string& path, torch::nn::Module& model, torch::optim::Optimizer& optimizer,
+                   const TrainingState& state, const std::optional<SnapshotOwner>& owner, uint64_t seed) {
   torch::serialize::OutputArchive archive;
   write_tensors(archive, model);
   archive.write("meta/epochs_run", torch::tensor(state.epochs_run));
   archive.write("meta/step_in_epoch", torch::tensor(state.step_in_epoch));
-  archive.write("meta/seed", torch::tensor(static_cast<int64_t>(options.seed)));
+  archive.write("meta/seed", torch::tensor(static_cast<int64_t>(seed)));
   archive.write("meta/world_size", torch::tensor(state.world_size));
-  archive.write("meta/program", c10::IValue(options.program.name));
-  archive.write("meta/kind", c10::IValue(options.program.kind));
-  archive.write("meta/dataset", c10::IValue(options.dataset));
+  const SnapshotOwner who = owner.value_or(SnapshotOwner{});
+  archive.write("meta/program", c10::IValue(who.program));
+  archive.write("meta/kind", c10::IValue(who.kind));
+  archive.write("meta/dataset", c10::IValue(who.dataset));
   torch::serialize::OutputArchive optimizer_archive;
   optimizer.save(optimizer_archive);
   archive.write("optimizer", optimizer_archive);
@@ -153,22 +160,19 @@ std::string snapshot_writer(const std::string& path) {
   try {
     auto archive = open_archive(path, torch::kCPU);
     if (!archive) return "";
-    ProgramId p;
-    p.name = read_string(*archive, "meta/program", path);
-    p.kind = read_string(*archive, "meta/kind", path);
-    return writer(p, read_string(*archive, "meta/dataset", path));
+    const SnapshotOwner owner = read_owner(*archive, path);
+    return owner.program.empty() ? "" : owner.label();
   } catch (const Error&) {
     return "";
   }
 }
 
-std::optional<TrainingState> load_snapshot(const Options& options, torch::nn::Module& model,
-                                           torch::optim::Optimizer& optimizer, int64_t world_size) {
-  if (options.fresh) return std::nullopt;  // the file stays until the first save replaces it
-  const std::string& path = options.snapshot_path;
+std::optional<TrainingState> load_snapshot(const std::string& path, torch::nn::Module& model,
+                                           torch::optim::Optimizer& optimizer, int64_t world_size,
+                                           const std::optional<SnapshotOwner>& owner) {
   auto archive = open_archive(path, device_of(model));
   if (!archive) return std::nullopt;
-  check_writer(*archive, options);
+  if (owner) check_owner(*archive, path, *owner);
   read_model(*archive, model, path);
   TrainingState state;
   state.epochs_run = read_int(*archive, "meta/epochs_run", path);

@@ -1,9 +1,9 @@
 // defines: save_snapshot / load_snapshot — everything a run needs to continue exactly (model,
 //          optimizer, epoch and step, sampler seed, RNG state), written atomically (temp file,
-//          fsync, rename) with a checksum, the model's parameter shapes and the identity of the
-//          program that wrote it (step, exercise or solution, dataset), so that a truncated,
-//          corrupted or foreign file — another model's, another program's — is refused with a
-//          message instead of loading silently.
+//          fsync, rename) with a checksum, the model's parameter shapes and who wrote it
+//          (SnapshotOwner: program, its variant, dataset), so that a truncated, corrupted or
+//          foreign file — another model's, another program's — is refused with a message instead
+//          of loading silently; TrainingState, SnapshotOwner.
 #pragma once
 
 #include <torch/torch.h>
@@ -11,8 +11,6 @@
 #include <cstdint>
 #include <optional>
 #include <string>
-
-#include "ddp/options.h"
 
 namespace ddp {
 
@@ -22,21 +20,36 @@ struct TrainingState {
   int64_t world_size = 1;     // the ranks that trained: the data order depends on it
 };
 
-// Writes options.snapshot_path atomically (readable by the user only), with options.seed (with
-// the epoch it fixes the data order) and who wrote it (options.program, options.dataset). The
-// previous file survives a crash.
-void save_snapshot(const Options& options, torch::nn::Module& model, torch::optim::Optimizer& optimizer,
-                   const TrainingState& state);
+// Who wrote a snapshot. Recorded in it; a load that expects another owner refuses the file, naming
+// both ("train (solution) training synthetic"), since another program's snapshot of the
+// same model would load and resume the wrong run.
+struct SnapshotOwner {
+  std::string program;  // e.g. the executable's name ("": none recorded)
+  std::string kind;     // its variant, shown in parentheses ("solution"); "" or "program": none
+  int step = -1;        // its place in a series of programs, or -1 (the sharded manifest records it)
+  std::string dataset;  // what it trains on: models of equal shapes trained on different data differ
+  // "name (kind) training dataset", the form the messages use; "this program" for no name.
+  std::string label() const;
+  bool operator==(const SnapshotOwner&) const = default;
+};
 
-// nullopt with --fresh (options.fresh) or when options.snapshot_path does not exist. Throws ddp::Error naming the file
-// when it is truncated, corrupt, written by another program (another step, the exercise for the solution, another
-// dataset) or by a model of another shape; the file is left as it is. A snapshot taken mid-epoch by another number of
-// ranks resumes at the start of that epoch (the shards differ), with a warning.
-std::optional<TrainingState> load_snapshot(const Options& options, torch::nn::Module& model,
-                                           torch::optim::Optimizer& optimizer, int64_t world_size);
+// Writes `path` atomically (readable by the user only): the model's parameters and buffers, the
+// optimizer's state, `state`, `seed` (with the epoch it fixes the data order), the RNG states and
+// `owner` (none: empty fields). The previous file survives a crash; the folder must exist.
+void save_snapshot(const std::string& path, torch::nn::Module& model, torch::optim::Optimizer& optimizer,
+                   const TrainingState& state, const std::optional<SnapshotOwner>& owner = {}, uint64_t seed = 0);
 
-// "step4_sharded (exercise) training synthetic": who wrote the plain snapshot at `path`; "" when
-// it is not a readable plain snapshot (e.g. a sharded snapshot's manifest there instead).
+// nullopt when `path` does not exist. Throws ddp::Error naming the file when it is truncated,
+// corrupt, written by another owner than `owner` (when one is given) or by a model of another
+// shape; the file is left as it is. A snapshot taken mid-epoch by another number of ranks
+// than `world_size` resumes at the start of that epoch (the shards differ), with a warning.
+std::optional<TrainingState> load_snapshot(const std::string& path, torch::nn::Module& model,
+                                           torch::optim::Optimizer& optimizer, int64_t world_size,
+                                           const std::optional<SnapshotOwner>& owner = {});
+
+// "train (solution) training synthetic": who wrote the plain snapshot at `path` (its
+// owner's label); "" when it is not a readable plain snapshot (e.g. a sharded snapshot's manifest
+// there instead) or records no owner.
 std::string snapshot_writer(const std::string& path);
 
 // Loads only the model's weights (e.g. into a plain, unwrapped model for evaluation), whichever

@@ -184,9 +184,10 @@ int run_parent(int nprocs) {
   return exit_code;
 }
 
-// The launcher that started this process with ranks of its own, or "" (see spawn.h). Looser than
-// resolve_launch_env on purpose: any one of these variables means a launcher is there, even if it
-// set too few of them to say who this process is.
+}  // namespace
+
+// Looser than resolve_launch_env on purpose: any one of these variables means a launcher is there,
+// even if it set too few of them to say who this process is.
 std::string started_by_launcher() {
   auto set = [](const char* name) {
     const char* v = std::getenv(name);
@@ -194,7 +195,7 @@ std::string started_by_launcher() {
   };
   if (set("RANK") || set("LOCAL_RANK") || set("WORLD_SIZE")) return "torchrun (RANK, LOCAL_RANK or WORLD_SIZE is set)";
   if (set("OMPI_COMM_WORLD_RANK")) return "mpirun (OMPI_COMM_WORLD_RANK is set)";
-  // One srun task may start workers (the step 1 batch scripts do); several tasks would each do it.
+  // One srun task may start workers (one such program per node); several tasks would each do it.
   const char* step = std::getenv("SLURM_STEP_ID");
   if (step == nullptr) step = std::getenv("SLURM_STEPID");
   const char* tasks = std::getenv("SLURM_STEP_NUM_TASKS");
@@ -203,8 +204,6 @@ std::string started_by_launcher() {
     return std::string("srun with ") + tasks + " tasks (SLURM_STEP_ID is set)";
   return "";
 }
-
-}  // namespace
 
 bool is_spawned_worker() { return std::getenv(kRankVar) != nullptr; }
 
@@ -248,8 +247,8 @@ int spawn(int nprocs, const std::function<int(int rank)>& worker) {
     const std::string program = args.empty() ? "this program" : args[0].substr(args[0].find_last_of('/') + 1);
     std::fprintf(stderr,
                  "error: %s starts its own workers, but was started by %s, so every rank would start a set of "
-                 "its own (fix: run it without the launcher, or complete TODO(step2) to read the ranks from the "
-                 "environment)\n",
+                 "its own (fix: run it without the launcher, or let each process read its rank from the launcher's "
+                 "environment instead of calling spawn)\n",
                  program.c_str(), launcher.c_str());
     std::fflush(stderr);
     return kExitError;

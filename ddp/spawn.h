@@ -4,13 +4,15 @@
 #pragma once
 
 #include <functional>
+#include <string>
 
 namespace ddp {
 
 // In the parent: starts `nprocs` workers running this program with the same arguments, each
 // told its rank through the environment, and returns 0 when all succeed, 75 when they stopped
 // for a requeue (SIGTERM/SIGUSR1), else 1. Signals sent to the parent are passed on.
-// In a worker: returns worker(rank).
+// In a worker: returns worker(rank); a worker ends when its parent does (PR_SET_PDEATHSIG), and a
+// worker whose parent is already gone returns 1 at once.
 // A parent that a launcher started as one of its ranks (torchrun's RANK/LOCAL_RANK/WORLD_SIZE,
 // OpenMPI's OMPI_COMM_WORLD_RANK, an srun step of several tasks) starts nothing: it prints one
 // error line saying so and returns 1. Otherwise each rank would start its own set of workers,
@@ -20,7 +22,12 @@ int spawn(int nprocs, const std::function<int(int rank)>& worker);
 // True in a process that spawn() started.
 bool is_spawned_worker();
 
-// The port the workers meet at when no --master-port is given. In the parent: a free port on this
+// The launcher that started this process as one of its ranks, in words, e.g. "torchrun (RANK,
+// LOCAL_RANK or WORLD_SIZE is set)", or "" when spawn() may start workers here (no launcher, one
+// srun task). A program can ask before it does any work; spawn() refuses to start workers then.
+std::string started_by_launcher();
+
+// The port the workers meet at when the program chose none. In the parent: a free port on this
 // host, chosen by the kernel (bind to port 0) and kept bound and listening, so that no other job can
 // take it between choosing and using it; spawn() hands that socket to rank 0, whose store serves
 // on it (as torchrun hands its socket to the store). In a worker: the port its parent chose.

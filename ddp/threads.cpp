@@ -63,7 +63,7 @@ ThreadChoice thread_choice(int requested, int local_world_size) {
   CpuFacts facts;
   facts.mask_cpus = affinity_cpus();
   facts.online_cpus = static_cast<int>(std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN)));
-  // Step 1's workers, and torchrun's (TORCHELASTIC_RUN_ID), are children of one task.
+  // spawn()'s workers, and torchrun's (TORCHELASTIC_RUN_ID), are children of one task.
   facts.workers_share_task = is_spawned_worker() || std::getenv("TORCHELASTIC_RUN_ID") != nullptr;
   EnvMap env;
   for (const char* key : {"SLURM_CPUS_PER_TASK", "OMP_NUM_THREADS"})

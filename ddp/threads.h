@@ -18,7 +18,7 @@ struct ThreadChoice {
 struct CpuFacts {
   int mask_cpus = 1;    // CPUs in this process's affinity mask (sched_getaffinity)
   int online_cpus = 1;  // CPUs of the machine
-  // The ranks on this node run inside one process's CPU set: workers that step 1 or torchrun
+  // The ranks on this node run inside one process's CPU set: workers that spawn() or torchrun
   // started from one task, which share that task's CPUs (and its SLURM_CPUS_PER_TASK).
   bool workers_share_task = false;
 };
@@ -32,7 +32,7 @@ struct CpuFacts {
 ThreadChoice thread_choice(int requested, int local_world_size, const CpuFacts& cpus, const EnvMap& env);
 
 // The same, for this process: its affinity mask, the machine, the environment, and whether it is a
-// worker of step 1's spawn or of torchrun.
+// worker of spawn() or of torchrun.
 ThreadChoice thread_choice(int requested, int local_world_size);
 
 // thread_choice(...).count: the threads to give torch::set_num_threads.

@@ -65,7 +65,7 @@ void export_weights(const std::string& path, torch::nn::Module& model) {
 void import_weights(const std::string& path, torch::nn::Module& model) {
   const std::string bytes = read_whole_file(path);
   const std::string what = "weights file '" + path + "'";
-  // The course's own snapshots are LibTorch archives behind a header (snapshot.cpp), not torch.save's.
+  // The training snapshots (snapshot.h) are LibTorch archives behind a header, not torch.save's.
   if (bytes.rfind("DDPWSNAP", 0) == 0)
     throw Error(what + " is a training snapshot of this course, not a state_dict that torch.save wrote",
                 "resume from it with --snapshot, or convert it: model_weights --snapshot " + path +

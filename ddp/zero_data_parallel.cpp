@@ -5,6 +5,7 @@
 #include "ddp/error.h"
 #include "ddp/host_memory.h"
 #include "ddp/model_broadcast.h"
+#include "ddp/process.h"
 
 namespace ddp {
 namespace {
@@ -19,16 +20,6 @@ std::string bucket_label(size_t k, size_t count) {
 }
 
 }  // namespace
-
-ZeroOptions zero_options(const Options& o) {
-  DDP_CHECK(o.zero_stage == 1 || o.zero_stage == 2,
-            o.program.label() + " trains with ZeRO, but its options carry no ZeRO stage",
-            "parse the command line with ddp::kZeroOptions (--zero 1|2, --deepspeed-config)");
-  ZeroOptions z;
-  z.stage = o.zero_stage;
-  z.bucket_mb = o.bucket_mb;
-  return z;
-}
 
 ZeroReducer::ZeroReducer(std::shared_ptr<torch::nn::Module> module, std::shared_ptr<ProcessGroup> pg,
                          ZeroOptions options)
@@ -45,8 +36,9 @@ ZeroReducer::ZeroReducer(std::shared_ptr<torch::nn::Module> module, std::shared_
   broadcast_from_rank0(*module_, names_, params_, *pg_, options_.broadcast_buffers);
   build_buckets();
   // The parameters' old storage, now copied into the buckets, goes back to the kernel: the
-  // allocator's keep-freed policy (host_memory.h) would otherwise hold it resident for good.
-  if (!params_[0].is_cuda()) release_freed_host_memory();
+  // allocator's keep-freed policy (host_memory.h), when configure_process applied it, would
+  // otherwise hold it resident for good.
+  if (!params_[0].is_cuda() && process_settings().keep_freed_host_memory) release_freed_host_memory();
   hooks_ = std::make_unique<GradientHooks>(params_, [this](size_t i) { on_gradient_ready(i); });
 }
 

@@ -31,7 +31,6 @@
 
 #include "ddp/flat_buckets.h"
 #include "ddp/gradient_hooks.h"
-#include "ddp/options.h"
 #include "ddp/process_group.h"
 #include "ddp/sharded_collectives.h"
 
@@ -42,10 +41,6 @@ struct ZeroOptions {
   double bucket_mb = 25;          // as DDP's bucket_cap_mb (DeepSpeed: reduce_bucket_size)
   bool broadcast_buffers = true;  // at construction
 };
-
-// The stage (--zero, or the trainer's --strategy zero1|zero2) and --bucket-mb (or ds_config.json's
-// reduce_bucket_size). A program that did not offer the ZeRO options (kZeroOptions) gets an error.
-ZeroOptions zero_options(const Options& options);
 
 // One flat bucket. Rank r owns elements [r * shard_numel, (r + 1) * shard_numel).
 struct ZeroBucket {

@@ -20,12 +20,13 @@
 #include <string>
 #include <vector>
 
+#include "course/from_options.h"            // defines: process_group_options
+#include "course/options.h"                 // defines: parse_options, launch_overrides
+#include "course/run_main.h"                // defines: run_main
 #include "ddp/device.h"                     // defines: choose_device, device_name
-#include "ddp/error.h"                      // defines: run_main
+#include "ddp/host.h"                       // defines: host_name
 #include "ddp/launch_env.h"                 // defines: resolve_launch_env, describe
-#include "ddp/options.h"                    // defines: parse_options, launch_overrides
 #include "ddp/process_group.h"              // defines: ProcessGroup
-#include "ddp/run_report.h"                 // defines: host_name
 #include "ddp/threads.h"                    // defines: choose_threads
 #include "diagnostics/allreduce_pattern.h"  // defines: AllreducePattern
 
@@ -212,11 +213,11 @@ std::string versions(const ddp::ProcessGroup& group, [[maybe_unused]] const torc
   return v;
 }
 
-int allreduce_check(const ddp::Options& options, const Sweep& sweep, const ddp::LaunchEnv& launch) {
+int allreduce_check(const ddpw::Options& options, const Sweep& sweep, const ddp::LaunchEnv& launch) {
   const torch::Device device = ddp::choose_device(options.device, launch.local_rank);
   const int threads = ddp::choose_threads(0, launch.local_world_size);
   torch::set_num_threads(threads);
-  const ddp::ProcessGroupOptions group_options = ddp::process_group_options(options);
+  const ddp::ProcessGroupOptions group_options = ddpw::process_group_options(options);
   ddp::ProcessGroup group(launch, device, group_options);
   const bool rank0 = group.rank() == 0;
   const int n = group.size();
@@ -283,9 +284,9 @@ int allreduce_check(const ddp::Options& options, const Sweep& sweep, const ddp::
 
 int main(int argc, char** argv) {
   Sweep sweep;
-  const ddp::Options options = ddp::parse_options(
+  const ddpw::Options options = ddpw::parse_options(
       argc, argv, "All-reduce check and bandwidth sweep (nccl-tests style): every rank verifies the sum",
-      ddp::kDistributedOptions, [&sweep](CLI::App& app, ddp::Options& o) {
+      ddpw::kDistributedOptions, [&sweep](CLI::App& app, ddpw::Options& o) {
         app.add_option("--device", o.device, "auto (CUDA if available, else CPU), cpu, cuda or cuda:N");
         const auto size = CLI::AsSizeValue(false);  // 4K, 16M, 1G: powers of 1024
         app.add_option("--min-bytes", sweep.min_bytes, "Smallest buffer in bytes (e.g. 8, 4K, 1M)")->transform(size);
@@ -310,13 +311,13 @@ int main(int argc, char** argv) {
   ::setenv("TORCH_NCCL_ENABLE_TIMING", "1", /*overwrite=*/0);
   ddp::LaunchEnv launch;
   const ddp::EnvMap env = ddp::current_environment();
-  if (int rc = ddp::run_main(
+  if (int rc = ddpw::run_main(
           [&] {
-            launch = ddp::resolve_launch_env(env, ddp::launch_overrides(options));
+            launch = ddp::resolve_launch_env(env, ddpw::launch_overrides(options));
             return 0;
           },
           "[allreduce_check]"))
     return rc;
-  return ddp::run_main([&] { return allreduce_check(options, sweep, launch); },
-                       "[RANK " + std::to_string(launch.global_rank) + " on " + ddp::host_name() + "]");
+  return ddpw::run_main([&] { return allreduce_check(options, sweep, launch); },
+                        "[RANK " + std::to_string(launch.global_rank) + " on " + ddp::host_name() + "]");
 }

@@ -23,15 +23,16 @@
 #include <string>
 #include <vector>
 
+#include "course/from_options.h"            // defines: process_group_options
+#include "course/options.h"                 // defines: parse_options
+#include "course/run_main.h"                // defines: run_main, ddp::Error (error.h)
 #include "ddp/cuda_check.h"                 // defines: check_cuda_support (LibTorch's archs, the driver)
 #include "ddp/device.h"                     // defines: choose_device, device_name, gpu_bus_id
 #include "ddp/distributed_data_parallel.h"  // defines: DistributedDataParallel (the DDP check)
-#include "ddp/error.h"                      // defines: ddp::Error, run_main
 #include "ddp/gpu_sharing.h"                // defines: judge_gpu_sharing, ranks_text
+#include "ddp/host.h"                       // defines: host_name
 #include "ddp/launch_env.h"                 // defines: resolve_launch_env
-#include "ddp/options.h"                    // defines: parse_options
 #include "ddp/process_group.h"              // defines: ProcessGroup, resolve_backend
-#include "ddp/run_report.h"                 // defines: host_name
 #include "diagnostics/preflight.h"          // defines: wait_for_master, check_master_is_here, check_init_file,
                                             //          idle_gpus_warning
 
@@ -281,7 +282,7 @@ DdpCheck ddp_check(const std::shared_ptr<ddp::ProcessGroup>& group, const torch:
   return {line, ok};
 }
 
-int hello(const ddp::Options& options, const ddp::LaunchEnv& launch, const ddp::EnvMap& env) {
+int hello(const ddpw::Options& options, const ddp::LaunchEnv& launch, const ddp::EnvMap& env) {
   using Clock = std::chrono::steady_clock;
   if (!launch.warning.empty())
     std::fprintf(stderr, "[RANK %d] warning: %s\n", launch.global_rank, launch.warning.c_str());
@@ -298,7 +299,7 @@ int hello(const ddp::Options& options, const ddp::LaunchEnv& launch, const ddp::
     const std::string idle = diagnostics::idle_gpus_warning(launch.local_world_size, ddp::visible_gpus());
     if (!idle.empty()) std::fprintf(stderr, "[RANK %d] warning: %s\n", launch.global_rank, idle.c_str());
   }
-  ddp::ProcessGroupOptions group_options = ddp::process_group_options(options);
+  ddp::ProcessGroupOptions group_options = ddpw::process_group_options(options);
   group_options.join_backend = false;  // report first, through the store alone
   if (!launch.init_method.empty())
     diagnostics::check_init_file(launch.init_method);
@@ -348,22 +349,22 @@ int hello(const ddp::Options& options, const ddp::LaunchEnv& launch, const ddp::
 }  // namespace
 
 int main(int argc, char** argv) {
-  const ddp::Options options = ddp::parse_options(
+  const ddpw::Options options = ddpw::parse_options(
       argc, argv, "Checks a distributed launch: every rank reports host, rank, device and NCCL settings",
-      ddp::kDistributedOptions, [](CLI::App& app, ddp::Options& o) {
+      ddpw::kDistributedOptions, [](CLI::App& app, ddpw::Options& o) {
         app.add_option("--device", o.device, "auto (CUDA if available, else CPU), cpu, cuda or cuda:N");
       });
   const ddp::EnvMap env = ddp::current_environment();
 
   ddp::LaunchEnv launch;
-  if (int rc = ddp::run_main(
+  if (int rc = ddpw::run_main(
           [&] {
-            launch = ddp::resolve_launch_env(env, ddp::launch_overrides(options));
+            launch = ddp::resolve_launch_env(env, ddpw::launch_overrides(options));
             return 0;
           },
           "[hello]"))
     return rc;
 
-  return ddp::run_main([&] { return hello(options, launch, env); },
-                       "[RANK " + std::to_string(launch.global_rank) + " on " + ddp::host_name() + "]");
+  return ddpw::run_main([&] { return hello(options, launch, env); },
+                        "[RANK " + std::to_string(launch.global_rank) + " on " + ddp::host_name() + "]");
 }

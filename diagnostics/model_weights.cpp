@@ -12,18 +12,18 @@
 #include <cstdio>
 #include <string>
 
-#include "ddp/compute.h"       // defines: configure_compute (threads)
-#include "ddp/data.h"          // defines: DistributedSampler, Loader (the first training batch)
-#include "ddp/device.h"        // defines: choose_device
-#include "ddp/epoch_report.h"  // defines: EpochReporter (checksum, --export-weights)
-#include "ddp/error.h"         // defines: run_main
-#include "ddp/options.h"       // defines: Options, parse_options
-#include "ddp/snapshot.h"      // defines: load_model_weights
-#include "ddp/workload.h"      // defines: make_workload (model, --init-weights), evaluate
+#include "course/compute.h"       // defines: configure_compute (threads)
+#include "course/epoch_report.h"  // defines: EpochReporter (checksum, --export-weights)
+#include "course/options.h"       // defines: Options, parse_options
+#include "course/run_main.h"      // defines: run_main
+#include "course/workload.h"      // defines: make_workload (model, --init-weights), evaluate
+#include "ddp/data.h"             // defines: DistributedSampler, Loader (the first training batch)
+#include "ddp/device.h"           // defines: choose_device
+#include "ddp/snapshot.h"         // defines: load_model_weights
 
 namespace {
 
-void add_options(CLI::App& app, ddp::Options& o, CLI::Option*& batch_size) {
+void add_options(CLI::App& app, ddpw::Options& o, CLI::Option*& batch_size) {
   o.snapshot_path.clear();  // no snapshot unless named
   app.add_option("--dataset", o.dataset, "Workload: picks the model and the data")
       ->check(CLI::IsMember({"synthetic", "mnist", "fashion-mnist"}));
@@ -44,8 +44,8 @@ void add_options(CLI::App& app, ddp::Options& o, CLI::Option*& batch_size) {
 
 // The loss of the first batch a step would train on (epoch 0, step 0, one rank), dropout off so
 // that it depends on the weights and the data alone.
-double first_batch_loss(ddp::Model& model, const ddp::Workload& workload, const ddp::Options& opt, torch::Device device,
-                        int64_t& samples) {
+double first_batch_loss(ddpw::Model& model, const ddpw::Workload& workload, const ddpw::Options& opt,
+                        torch::Device device, int64_t& samples) {
   const ddp::DistributedSampler sampler(workload.train.size(), /*num_replicas=*/1, /*rank=*/0, opt.seed);
   const ddp::Loader loader(workload.train, sampler, opt.batch_size, device);
   const ddp::Batch batch = loader.batch(0);
@@ -61,15 +61,15 @@ double first_batch_loss(ddp::Model& model, const ddp::Workload& workload, const 
 
 int main(int argc, char** argv) {
   CLI::Option* batch_size = nullptr;
-  ddp::Options opt = ddp::parse_options(
+  ddpw::Options opt = ddpw::parse_options(
       argc, argv, "model_weights: a model's weights, their figures, and the file Python's torch.load reads",
-      /*groups=*/0, [&](CLI::App& app, ddp::Options& o) { add_options(app, o, batch_size); });
-  if (batch_size->count() == 0 && opt.dataset != "synthetic") opt.batch_size = ddp::kCnnBatchSize;
-  return ddp::run_main([&] {
+      /*groups=*/0, [&](CLI::App& app, ddpw::Options& o) { add_options(app, o, batch_size); });
+  if (batch_size->count() == 0 && opt.dataset != "synthetic") opt.batch_size = ddpw::kCnnBatchSize;
+  return ddpw::run_main([&] {
     const torch::Device device = ddp::choose_device(opt.device, /*local_rank=*/0);
     const ddp::LaunchEnv one_process;  // rank 0 of 1
-    ddp::configure_compute(opt, one_process);
-    const ddp::Workload workload = ddp::make_workload(opt);
+    ddpw::configure_compute(opt, one_process);
+    const ddpw::Workload workload = ddpw::make_workload(opt);
     auto model = workload.make_model(device);  // seeded, or --init-weights
     std::string source = "the seeded initial model (--seed " + std::to_string(opt.seed) + ")";
     if (!opt.init_weights_path.empty()) source = "state_dict " + opt.init_weights_path;
@@ -91,7 +91,7 @@ int main(int argc, char** argv) {
     const double loss = first_batch_loss(*model, workload, opt, device, samples);
     std::printf("first batch loss %.17g (epoch 0, step 0: %lld samples, seed %llu, dropout off)\n", loss,
                 static_cast<long long>(samples), static_cast<unsigned long long>(opt.seed));
-    const ddp::EvalResult test = ddp::evaluate(*model, workload, opt.test_batch_size, device, /*pg=*/nullptr, 0, 1);
+    const ddpw::EvalResult test = ddpw::evaluate(*model, workload, opt.test_batch_size, device, /*pg=*/nullptr, 0, 1);
     if (workload.classification)
       std::printf("test loss %.17g | test accuracy %.17g (%lld of %lld)\n", test.loss, test.accuracy,
                   static_cast<long long>(std::llround(test.accuracy * static_cast<double>(test.samples))),
@@ -100,7 +100,7 @@ int main(int argc, char** argv) {
       std::printf("test loss %.17g (%lld samples)\n", test.loss, static_cast<long long>(test.samples));
     std::fflush(stdout);
     // What a step does at its end: the weights checksum and, with --export-weights, the export.
-    ddp::EpochReporter reporter(opt, one_process, device, workload, /*pg=*/nullptr);
+    ddpw::EpochReporter reporter(opt, one_process, device, workload, /*pg=*/nullptr);
     reporter.end_training(*model);
     return ddp::kExitOk;
   });

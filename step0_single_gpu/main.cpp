@@ -8,33 +8,33 @@
 // local_rank, global_rank and world_size are already the final ones; alone they are 0, 0 and 1.
 #include <torch/torch.h>
 
-#include "ddp/compute.h"         // defines: configure_compute (threads per rank, --deterministic)
-#include "ddp/data.h"            // defines: DistributedSampler (the data order), Loader (batches)
-#include "ddp/device.h"          // defines: choose_device
-#include "ddp/epoch_report.h"    // defines: EpochReporter (every line a rank prints, losses, metrics)
-#include "ddp/error.h"           // defines: run_main, exit codes
-#include "ddp/launch_env.h"      // defines: LaunchValues, check_launch (who am I)
-#include "ddp/options.h"         // defines: Options, parse_options
-#include "ddp/process_group.h"   // defines: ProcessGroup
-#include "ddp/run_report.h"      // defines: print_settings, print_rank_table
-#include "ddp/snapshot.h"        // defines: save_snapshot, load_snapshot
-#include "ddp/stop_agreement.h"  // defines: StopAgreement (all ranks stop at one step on SIGTERM/SIGUSR1)
-#include "ddp/workload.h"        // defines: Workload (data, model, optimizer, loss)
+#include "course/check_launch.h"  // defines: LaunchValues, check_launch (who am I)
+#include "course/compute.h"       // defines: configure_compute (threads per rank, --deterministic)
+#include "course/epoch_report.h"  // defines: EpochReporter (every line a rank prints, losses, metrics)
+#include "course/from_options.h"  // defines: save/load_snapshot, ddp_options, process_group_options
+#include "course/options.h"       // defines: Options, parse_options
+#include "course/run_main.h"      // defines: run_main; exit codes (error.h)
+#include "course/run_report.h"    // defines: print_settings, print_rank_table
+#include "course/workload.h"      // defines: Workload (data, model, optimizer, loss)
+#include "ddp/data.h"             // defines: DistributedSampler (the data order), Loader (batches)
+#include "ddp/device.h"           // defines: choose_device
+#include "ddp/process_group.h"    // defines: ProcessGroup
+#include "ddp/stop_agreement.h"   // defines: StopAgreement (all ranks stop at one step on SIGTERM/SIGUSR1)
 
 class Trainer {
  public:
-  Trainer(const ddp::Options& opt, const ddp::LaunchEnv& launch, torch::Device device,
+  Trainer(const ddpw::Options& opt, const ddp::LaunchEnv& launch, torch::Device device,
           std::shared_ptr<ddp::ProcessGroup> pg)
       : opt_(opt),
         launch_(launch),
-        workload_(ddp::make_workload(opt)),
+        workload_(ddpw::make_workload(opt)),
         sampler_(workload_.train.size(), /*num_replicas=*/1, /*rank=*/0, opt.seed),
         model_(workload_.make_model(device)),
         loader_(workload_.train, sampler_, opt.batch_size, device),
         optimizer_(workload_.make_optimizer(plain_model())),
         stop_(pg.get()),
         reporter_(opt, launch, device, workload_, pg.get()) {
-    if (auto state = ddp::load_snapshot(opt, plain_model(), *optimizer_, launch.world_size)) {
+    if (auto state = ddpw::load_snapshot(opt, plain_model(), *optimizer_, launch.world_size)) {
       epochs_run_ = state->epochs_run;
       first_step_ = state->step_in_epoch;
       reporter_.print("Resuming training from snapshot {} at epoch {}, step {}", opt.snapshot_path, epochs_run_,
@@ -52,7 +52,7 @@ class Trainer {
   }
 
  private:
-  ddp::Model& plain_model() { return *model_; }
+  ddpw::Model& plain_model() { return *model_; }
 
   torch::Tensor run_batch(const ddp::Batch& batch) {
     optimizer_->zero_grad();
@@ -64,7 +64,7 @@ class Trainer {
 
   bool run_epoch(int64_t epoch) {  // false when a signal stopped it: the snapshot is then of this step
     sampler_.set_epoch(epoch);     // a new shuffle every epoch, the same for the same seed
-    ddp::set_learning_rate(*optimizer_, workload_.learning_rate(epoch));
+    ddpw::set_learning_rate(*optimizer_, workload_.learning_rate(epoch));
     auto log = reporter_.begin_epoch(epoch, loader_, first_step_);
     for (int64_t step = first_step_; step < loader_.steps(); ++step) {
       if (stop_.should_stop()) {  // SIGTERM or SIGUSR1: every rank stops at this same step
@@ -81,39 +81,39 @@ class Trainer {
   }
 
   void save(int64_t epochs_run, int64_t step) {
-    ddp::save_snapshot(opt_, plain_model(), *optimizer_, {epochs_run, step, launch_.world_size});
+    ddpw::save_snapshot(opt_, plain_model(), *optimizer_, {epochs_run, step, launch_.world_size});
     reporter_.print("Training snapshot saved at {} ({} epochs run, step {})", opt_.snapshot_path, epochs_run, step);
   }
 
-  const ddp::Options& opt_;
+  const ddpw::Options& opt_;
   const ddp::LaunchEnv launch_;
-  ddp::Workload workload_;
+  ddpw::Workload workload_;
   ddp::DistributedSampler sampler_;
-  std::shared_ptr<ddp::Model> model_;
+  std::shared_ptr<ddpw::Model> model_;
   ddp::Loader loader_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   ddp::StopAgreement stop_;
-  ddp::EpochReporter reporter_;
+  ddpw::EpochReporter reporter_;
   int64_t epochs_run_ = 0, first_step_ = 0;
 };
 
 // One process that trains alone. From step 1 on, every device gets a worker of its own.
-int worker(const ddp::Options& opt) {
+int worker(const ddpw::Options& opt) {
   ddp::install_stop_signal_handlers();
-  ddp::LaunchValues me;  // who am I: alone, global rank 0 of world size 1, local rank 0
+  ddpw::LaunchValues me;  // who am I: alone, global rank 0 of world size 1, local rank 0
 
-  const ddp::LaunchEnv launch = ddp::check_launch(me, opt);
+  const ddp::LaunchEnv launch = ddpw::check_launch(me, opt);
   const torch::Device device = ddp::choose_device(opt.device, launch.local_rank);
-  const int threads = ddp::configure_compute(opt, launch);
+  const int threads = ddpw::configure_compute(opt, launch);
   std::shared_ptr<ddp::ProcessGroup> pg;  // none while we train alone: step 1 creates one
 
-  ddp::print_settings(opt, launch, device, threads, launch.global_rank);
-  ddp::print_rank_table(pg.get(), launch, device);  // each rank's host, local rank and device
+  ddpw::print_settings(opt, launch, device, threads, launch.global_rank);
+  ddpw::print_rank_table(pg.get(), launch, device);  // each rank's host, local rank and device
   Trainer trainer(opt, launch, device, pg);
   return trainer.train();
 }
 
 int main(int argc, char** argv) {
-  const ddp::Options opt = ddp::parse_options(argc, argv, ddp::kTrainingOptions);
-  return ddp::run_main([&] { return worker(opt); });
+  const ddpw::Options opt = ddpw::parse_options(argc, argv, ddpw::kTrainingOptions);
+  return ddpw::run_main([&] { return worker(opt); });
 }

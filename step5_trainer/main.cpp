@@ -4,24 +4,24 @@
 //   step5_trainer --epochs 50 --gpus 2 --strategy zero2         # no launcher: starts 2 workers itself
 //   srun step5_trainer --epochs 50 --gpus 4 --nodes 2           # clusters/puhti/step5.sbatch
 //
-// New in step 5 (TODO(step5)): nothing of steps 0-4 is on screen any more. ddp::Trainer reads the
+// New in step 5 (TODO(step5)): nothing of steps 0-4 is on screen any more. ddpw::Trainer reads the
 // launcher (torchrun, mpirun, srun) or starts the workers, picks the device, joins the process group,
 // wraps the model for --strategy single|ddp|zero1|zero2, trains, snapshots, resumes and reports;
 // README.md shows where each line of steps 0-3 went. What stays is what you train: the workload.
-#include "ddp/error.h"     // defines: run_main, exit codes
-#include "ddp/options.h"   // defines: Options, parse_options
-#include "ddp/trainer.h"   // defines: Trainer (fit: the strategy, launcher, loop, snapshots of steps 0-4)
-#include "ddp/workload.h"  // defines: make_workload (data, model, optimizer, loss: what is trained)
+#include "course/options.h"   // defines: Options, parse_options
+#include "course/run_main.h"  // defines: run_main; exit codes (error.h)
+#include "course/trainer.h"   // defines: Trainer (fit: the strategy, launcher, loop, snapshots of steps 0-4)
+#include "course/workload.h"  // defines: make_workload (data, model, optimizer, loss: what is trained)
 
 int main(int argc, char** argv) {
   // TODO(step5): Lightning's Trainer options on the command line: --strategy, --gpus/--devices,
-  //   --nodes/--num-nodes, --epochs/--max-epochs, --deepspeed-config (ddp::kTrainerOptions).
-  const ddp::Options opt = ddp::parse_options(argc, argv, ddp::kTrainingOptions);
+  //   --nodes/--num-nodes, --epochs/--max-epochs, --deepspeed-config (ddpw::kTrainerOptions).
+  const ddpw::Options opt = ddpw::parse_options(argc, argv, ddpw::kTrainingOptions);
 
-  return ddp::run_main([&] {
-    ddp::Trainer trainer(opt);  // Lightning: Trainer(strategy=..., devices=..., num_nodes=..., max_epochs=...)
+  return ddpw::run_main([&] {
+    ddpw::Trainer trainer(opt);  // Lightning: Trainer(strategy=..., devices=..., num_nodes=..., max_epochs=...)
     // TODO(step5): fit the course's workload (Lightning's LightningModule and DataModule in one: the data,
-    //   the model, its optimizer and loss), ddp::make_workload; fit returns the exit code.
+    //   the model, its optimizer and loss), ddpw::make_workload; fit returns the exit code.
     return trainer.fit(nullptr);
   });
 }

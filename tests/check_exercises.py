@@ -14,7 +14,7 @@
    library, or change every copy of the chain in the same way.
 3. The chain stops at step 4. Step 5 (the trainer object) is not solution 4 plus blocks: its lesson
    is that the program of steps 0-4 (launcher, device, wrapper, epoch loop, snapshots) moved into
-   the library's ddp::Trainer, so its program is a new one of a screen. Checked instead: exercise
+   the library's ddpw::Trainer, so its program is a new one of a screen. Checked instead: exercise
    and solution fit a screen (at most SCREEN_LINES lines) and hold no loop of their own.
 """
 import difflib

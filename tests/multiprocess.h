@@ -18,6 +18,7 @@
 #include <functional>
 #include <string>
 
+#include "course/run_main.h"
 #include "ddp/device.h"
 #include "ddp/error.h"
 #include "ddp/files.h"
@@ -70,7 +71,7 @@ inline int run_processes(int n, const std::function<int(int rank, const ddp::Lau
   if (phase != (my_phase ? my_phase : "")) return 0;  // another phase's workers: not ours
   // A worker runs only its parent's test (test_main.cpp narrows its filter), then ends.
   const int rc = ddp::spawn(n, [&](int rank) {
-    return ddp::run_main([&] { return body(rank, test_launch(rank, n)); }, "[rank " + std::to_string(rank) + "]");
+    return ddpw::run_main([&] { return body(rank, test_launch(rank, n)); }, "[rank " + std::to_string(rank) + "]");
   });
   std::fflush(nullptr);
   ::_exit(rc);

@@ -1,7 +1,7 @@
 // The data every step trains on (ddp/data.h): the DistributedSampler's shards are disjoint and
 // cover the data, set_epoch reshuffles deterministically and differently per epoch, the synthetic
 // dataset is the same for a seed and learnable, and the Loader cuts batches of the right shapes.
-// Evaluation (ddp/workload.h), which sums on the device, gives the host sums bit for bit on the CPU.
+// Evaluation (course/workload.h), which sums on the device, gives the host sums bit for bit on the CPU.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -9,9 +9,9 @@
 #include <set>
 #include <vector>
 
+#include "course/models.h"
+#include "course/workload.h"
 #include "ddp/data.h"
-#include "ddp/models.h"
-#include "ddp/workload.h"
 
 namespace data_test {
 
@@ -173,7 +173,7 @@ namespace data_test {
 
 // What evaluate() computed before it summed on the device: per batch, the mean loss read to the
 // host times the batch size, and the correct answers read to the host, summed in doubles.
-ddp::EvalResult evaluate_on_the_host(ddp::Model& model, const ddp::Workload& w, int64_t batch, int rank, int world) {
+ddpw::EvalResult evaluate_on_the_host(ddpw::Model& model, const ddpw::Workload& w, int64_t batch, int rank, int world) {
   torch::NoGradGuard no_grad;
   model.eval();
   const auto shard = torch::arange(rank, w.test.size(), world, torch::kInt64);
@@ -186,7 +186,7 @@ ddp::EvalResult evaluate_on_the_host(ddp::Model& model, const ddp::Workload& w, 
     if (w.classification) correct += out.argmax(1).eq(b.target).sum().item<double>();
   }
   model.train();
-  ddp::EvalResult r;
+  ddpw::EvalResult r;
   r.samples = shard.size(0);
   r.loss = loss_sum / static_cast<double>(r.samples);
   r.accuracy = w.classification ? correct / static_cast<double>(r.samples) : 0.0;
@@ -197,7 +197,7 @@ ddp::EvalResult evaluate_on_the_host(ddp::Model& model, const ddp::Workload& w, 
 
 // The exact-resume tests and the README's checksums rely on the CPU's numbers not moving.
 TEST(Evaluate, SumsOnTheDeviceGiveTheHostSumsBitForBit) {
-  ddp::Workload images;  // a classifier on uint8 images: conversion, normalisation, argmax
+  ddpw::Workload images;  // a classifier on uint8 images: conversion, normalisation, argmax
   images.classification = true;
   auto gen = at::detail::createCPUGenerator(7);
   images.test.inputs = torch::randint(0, 256, {120, 1, 28, 28}, gen, torch::kUInt8);
@@ -207,18 +207,18 @@ TEST(Evaluate, SumsOnTheDeviceGiveTheHostSumsBitForBit) {
   images.test.input_divide = 0.3530;
   images.loss = [](const torch::Tensor& out, const torch::Tensor& y) { return torch::nll_loss(out, y); };
   torch::manual_seed(5);
-  ddp::MnistCnn cnn;
-  ddp::Options options;  // the synthetic regression: no accuracy
-  const ddp::Workload synthetic = ddp::make_workload(options);
+  ddpw::MnistCnn cnn;
+  ddpw::Options options;  // the synthetic regression: no accuracy
+  const ddpw::Workload synthetic = ddpw::make_workload(options);
   torch::manual_seed(5);
-  ddp::LinearRegressor linear(20);
+  ddpw::LinearRegressor linear(20);
   for (const auto& [rank, world] : std::vector<std::pair<int, int>>{{0, 1}, {1, 3}}) {
-    const auto mine = ddp::evaluate(cnn, images, 64, torch::kCPU, nullptr, rank, world);
+    const auto mine = ddpw::evaluate(cnn, images, 64, torch::kCPU, nullptr, rank, world);
     const auto host = data_test::evaluate_on_the_host(cnn, images, 64, rank, world);
     EXPECT_EQ(mine.samples, host.samples);
     EXPECT_EQ(mine.loss, host.loss) << "rank " << rank << " of " << world;
     EXPECT_EQ(mine.accuracy, host.accuracy) << "rank " << rank << " of " << world;
-    const auto mine_lin = ddp::evaluate(linear, synthetic, 100, torch::kCPU, nullptr, rank, world);
+    const auto mine_lin = ddpw::evaluate(linear, synthetic, 100, torch::kCPU, nullptr, rank, world);
     const auto host_lin = data_test::evaluate_on_the_host(linear, synthetic, 100, rank, world);
     EXPECT_EQ(mine_lin.loss, host_lin.loss) << "rank " << rank << " of " << world;
     EXPECT_EQ(mine_lin.accuracy, 0.0);

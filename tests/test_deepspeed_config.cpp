@@ -1,4 +1,4 @@
-// DeepSpeed's ds_config.json (ddp/deepspeed_config.h) and its WarmupLR (ddp/warmup_lr.h): the Puhti
+// DeepSpeed's ds_config.json (course/deepspeed_config.h) and its WarmupLR (course/warmup_lr.h): the Puhti
 // example's file reads as DeepSpeed reads it, batch sizes follow DeepSpeed's derivations, keys that
 // are not applied are listed (a typo with its nearest key), and bad values are errors that name
 // the key and the fix.
@@ -7,9 +7,9 @@
 #include <cmath>
 #include <string>
 
-#include "ddp/deepspeed_config.h"
+#include "course/deepspeed_config.h"
+#include "course/warmup_lr.h"
 #include "ddp/error.h"
-#include "ddp/warmup_lr.h"
 
 namespace {
 
@@ -43,7 +43,7 @@ const char* const kPuhtiConfig = R"({
 }
 )";
 
-ddp::DeepSpeedConfig parse(const std::string& text) { return ddp::parse_deepspeed_config(text, "ds_config.json"); }
+ddpw::DeepSpeedConfig parse(const std::string& text) { return ddpw::parse_deepspeed_config(text, "ds_config.json"); }
 
 // The error's message and hint, for matching.
 std::string error_of(const std::function<void()>& f) {
@@ -57,7 +57,7 @@ std::string error_of(const std::function<void()>& f) {
 
 bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
-bool listed(const ddp::DeepSpeedConfig& c, const std::string& part) {
+bool listed(const ddpw::DeepSpeedConfig& c, const std::string& part) {
   for (const auto& line : c.ignored)
     if (has(line, part)) return true;
   return false;
@@ -210,14 +210,14 @@ TEST(DeepSpeedConfig, BadValuesNameTheKeyAndTheFix) {
 }
 
 TEST(DeepSpeedConfig, MissingFileIsNamed) {
-  const auto error = error_of([] { ddp::load_deepspeed_config("/nonexistent/ds_config.json"); });
+  const auto error = error_of([] { ddpw::load_deepspeed_config("/nonexistent/ds_config.json"); });
   EXPECT_TRUE(has(error, "cannot read the DeepSpeed config '/nonexistent/ds_config.json'")) << error;
 }
 
 // DeepSpeed's WarmupLR (runtime/lr_schedules.py): gamma = log(iteration + 1) / log(max(2, N)) during
 // warm-up (linear: iteration / N), then 1; the scheduler's iteration is -1 before the first step.
 TEST(WarmupLR, PuhtiScheduleAsUnderDeepSpeedsEngine) {
-  ddp::WarmupLR schedule(*parse(kPuhtiConfig).scheduler);
+  ddpw::WarmupLR schedule(*parse(kPuhtiConfig).scheduler);
   EXPECT_EQ(schedule.lr_at(0), 0.0);  // iteration -1: warmup_min_lr
   EXPECT_EQ(schedule.lr_at(1), 0.0);  // iteration 0: log(1) = 0
   EXPECT_DOUBLE_EQ(schedule.lr_at(2), 0.001 * std::log(2.0) / std::log(1000.0));
@@ -229,7 +229,7 @@ TEST(WarmupLR, PuhtiScheduleAsUnderDeepSpeedsEngine) {
 }
 
 TEST(WarmupLR, LinearCurveAndDefaults) {
-  ddp::WarmupLR linear({0.01, 0.11, 10, "linear"});
+  ddpw::WarmupLR linear({0.01, 0.11, 10, "linear"});
   EXPECT_DOUBLE_EQ(linear.lr_at(1), 0.01);
   EXPECT_DOUBLE_EQ(linear.lr_at(6), 0.01 + 0.1 * 5 / 10);
   EXPECT_DOUBLE_EQ(linear.lr_at(11), 0.11);
@@ -238,7 +238,7 @@ TEST(WarmupLR, LinearCurveAndDefaults) {
       parse(R"({"optimizer": {"type": "AdamW", "params": {"lr": 0.02}}, "scheduler": {"type": "WarmupLR"}})");
   EXPECT_DOUBLE_EQ(c.scheduler->warmup_max_lr, 0.02);
   EXPECT_EQ(c.scheduler->warmup_num_steps, 1000);
-  ddp::WarmupLR one_step({0, 1, 1, "log"});  // N < 2 counts as 2, as in DeepSpeed
+  ddpw::WarmupLR one_step({0, 1, 1, "log"});  // N < 2 counts as 2, as in DeepSpeed
   EXPECT_EQ(one_step.lr_at(1), 0.0);
   EXPECT_DOUBLE_EQ(one_step.lr_at(2), 1.0);
 }

@@ -10,23 +10,23 @@
 #include <cmath>
 #include <vector>
 
+#include "course/models.h"
+#include "course/sync_counter.h"
+#include "course/workload.h"
 #include "ddp/adadelta.h"
 #include "ddp/data.h"
 #include "ddp/device.h"
 #include "ddp/distributed_data_parallel.h"
 #include "ddp/files.h"
-#include "ddp/models.h"
 #include "ddp/process_group.h"
 #include "ddp/sgd.h"
-#include "ddp/sync_counter.h"
-#include "ddp/workload.h"
 
 namespace {
 
-#define REQUIRE_GPU_FOR_SPEED()                                                        \
-  do {                                                                                 \
-    if (ddp::visible_gpus() == 0) GTEST_SKIP() << "no CUDA GPU visible";               \
-    if (!ddp::SyncCounter::available()) GTEST_SKIP() << "LibTorch built without CUDA"; \
+#define REQUIRE_GPU_FOR_SPEED()                                                         \
+  do {                                                                                  \
+    if (ddp::visible_gpus() == 0) GTEST_SKIP() << "no CUDA GPU visible";                \
+    if (!ddpw::SyncCounter::available()) GTEST_SKIP() << "LibTorch built without CUDA"; \
   } while (0)
 
 ddp::Dataset random_images(int64_t n, uint64_t seed) {
@@ -79,7 +79,7 @@ TEST(GpuSpeed, LoaderDoesNotSynchronize) {
   const auto data = random_images(512, 2);
   ddp::DistributedSampler sampler(data.size(), 1, 0, 0);
   ddp::Loader loader(data, sampler, 100, device);  // the dataset's one (blocking) copy is here
-  ddp::SyncCounter syncs;
+  ddpw::SyncCounter syncs;
   syncs.start();
   for (int64_t epoch = 0; epoch < 3; ++epoch) {
     sampler.set_epoch(epoch);
@@ -153,14 +153,14 @@ TEST(GpuSpeed, DdpTrainingStepDoesNotSynchronize) {
       ddp::DistributedSampler sampler(data.size(), 1, 0, 0);
       ddp::Loader loader(data, sampler, 64, device);
       torch::manual_seed(0);
-      auto model = std::make_shared<ddp::MnistCnn>();
+      auto model = std::make_shared<ddpw::MnistCnn>();
       model->to(device);
       ddp::DdpOptions options;
       options.find_unused_parameters = find_unused;
       options.bucket_mb = 1;  // several buckets
-      ddp::DistributedDataParallel<ddp::MnistCnn> ddp_model(model, pg, options);
+      ddp::DistributedDataParallel<ddpw::MnistCnn> ddp_model(model, pg, options);
       ddp::Adadelta optimizer(model->parameters(), 1.0);
-      ddp::SyncCounter syncs;
+      ddpw::SyncCounter syncs;
       torch::Tensor loss;
       for (int64_t step = 0; step < 8; ++step) {
         if (step == 2) syncs.start();
@@ -184,18 +184,18 @@ TEST(GpuSpeed, DdpTrainingStepDoesNotSynchronize) {
 TEST(GpuSpeed, EvaluationReadsItsSumsOnce) {
   REQUIRE_GPU_FOR_SPEED();
   const auto device = ddp::choose_device("cuda", 0);
-  ddp::Workload w;
+  ddpw::Workload w;
   w.classification = true;
   w.test = random_images(1000, 4);
   w.loss = [](const torch::Tensor& out, const torch::Tensor& y) { return torch::nll_loss(out, y); };
   torch::manual_seed(1);
-  auto cnn = std::make_shared<ddp::MnistCnn>();
-  const auto on_cpu = ddp::evaluate(*cnn, w, 128, torch::kCPU, nullptr, 0, 1);
+  auto cnn = std::make_shared<ddpw::MnistCnn>();
+  const auto on_cpu = ddpw::evaluate(*cnn, w, 128, torch::kCPU, nullptr, 0, 1);
   cnn->to(device);
-  ddp::evaluate(*cnn, w, 128, device, nullptr, 0, 1);  // the test set moves to the GPU here
-  ddp::SyncCounter syncs;
+  ddpw::evaluate(*cnn, w, 128, device, nullptr, 0, 1);  // the test set moves to the GPU here
+  ddpw::SyncCounter syncs;
   syncs.start();
-  const auto on_gpu = ddp::evaluate(*cnn, w, 128, device, nullptr, 0, 1);
+  const auto on_gpu = ddpw::evaluate(*cnn, w, 128, device, nullptr, 0, 1);
   syncs.stop();
   EXPECT_EQ(syncs.count(), 1);  // the one read of (loss sum, correct, samples)
   EXPECT_EQ(on_gpu.samples, on_cpu.samples);

@@ -10,7 +10,7 @@
 //     (the global norm's read);
 //   * a sharded snapshot written by two ranks on the GPU resumes bit for bit (weights, moments, step
 //     count, buffers, CPU and CUDA random generators), and a plain module on the CPU loads its weights;
-//   * the trainer (ddp::Trainer) on the GPU, as the learner runs it (CNN with dropout, --deterministic):
+//   * the trainer (ddpw::Trainer) on the GPU, as the learner runs it (CNN with dropout, --deterministic):
 //     single and ddp (one NCCL rank) end with step 0's checksum; zero1 and zero2 (one NCCL rank) with
 //     step 4's, the loss falling; zero2 with two ranks over Gloo on one GPU (the lines torchrun starts)
 //     with step 4's under the same launch, on both ranks, one shard each.
@@ -26,12 +26,12 @@
 #include <string>
 #include <vector>
 
+#include "course/sync_counter.h"
 #include "ddp/device.h"
 #include "ddp/files.h"
 #include "ddp/process_group.h"
 #include "ddp/sharded_adamw.h"
 #include "ddp/sharded_snapshot.h"
-#include "ddp/sync_counter.h"
 #include "ddp/zero_data_parallel.h"
 #include "gpu_test_support.h"
 #include "multiprocess.h"
@@ -109,7 +109,7 @@ TEST(GpuZero, OneNcclRankZero2ClippedEqualsLibTorchAdamW) {
 // warm-up steps, with the batches already on the GPU.
 TEST(GpuZero, ZeroStepDoesNotSynchronizeAndClippingOnce) {
   REQUIRE_GPUS(1);
-  if (!ddp::SyncCounter::available()) GTEST_SKIP() << "LibTorch built without CUDA";
+  if (!ddpw::SyncCounter::available()) GTEST_SKIP() << "LibTorch built without CUDA";
   TempDir dir;
   const auto device = ddp::choose_device("cuda", 0);
   auto pg = nccl_group_of_one(dir, device);
@@ -121,7 +121,7 @@ TEST(GpuZero, ZeroStepDoesNotSynchronizeAndClippingOnce) {
       auto net = zero_scenarios::make_mlp(4, false, device);
       ddp::ZeroDataParallel<zero_scenarios::MlpImpl> model(net, pg, {stage, 0.02, true});
       ddp::ShardedAdamW optimizer(model, zero_scenarios::kAdam);
-      ddp::SyncCounter syncs;
+      ddpw::SyncCounter syncs;
       for (int step = 0; step < kWarmUp + kCounted; ++step) {
         if (step == kWarmUp) syncs.start();
         optimizer.zero_grad();

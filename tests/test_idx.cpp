@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "course/idx.h"
 #include "ddp/error.h"
-#include "ddp/idx.h"
 
 namespace {
 
@@ -89,9 +89,9 @@ class IdxTest : public ::testing::Test {
   }
 
   // Loading must fail with a ddp::Error whose message names `file` and contains `expected`.
-  void expect_error(ddp::Split split, const std::string& file, const std::string& expected) const {
+  void expect_error(ddpw::Split split, const std::string& file, const std::string& expected) const {
     try {
-      ddp::load_idx_dataset(dir_, split, 0.5, 0.25);
+      ddpw::load_idx_dataset(dir_, split, 0.5, 0.25);
       ADD_FAILURE() << "no error; expected one about " << file;
     } catch (const ddp::Error& e) {
       const std::string what = e.what();
@@ -110,7 +110,7 @@ class IdxTest : public ::testing::Test {
 
 TEST_F(IdxTest, LoadsPlainFiles) {
   write_train_pair();
-  const auto data = ddp::load_idx_dataset(dir_, ddp::Split::kTrain, 0.5, 0.25);
+  const auto data = ddpw::load_idx_dataset(dir_, ddpw::Split::kTrain, 0.5, 0.25);
   ASSERT_EQ(data.inputs.sizes(), (std::vector<int64_t>{3, 1, 28, 28}));
   EXPECT_EQ(data.inputs.scalar_type(), torch::kUInt8);
   ASSERT_EQ(data.targets.sizes(), (std::vector<int64_t>{3}));
@@ -130,7 +130,7 @@ TEST_F(IdxTest, LoadsPlainFiles) {
 TEST_F(IdxTest, LoadsGzippedFiles) {
   write_gz("t10k-images-idx3-ubyte.gz", images_file(5));
   write_gz("t10k-labels-idx1-ubyte.gz", labels_file({1, 2, 3, 4, 5}));
-  const auto data = ddp::load_idx_dataset(dir_, ddp::Split::kTest, 0.1307, 0.3081);
+  const auto data = ddpw::load_idx_dataset(dir_, ddpw::Split::kTest, 0.1307, 0.3081);
   ASSERT_EQ(data.inputs.sizes(), (std::vector<int64_t>{5, 1, 28, 28}));
   EXPECT_TRUE(torch::equal(data.targets, torch::tensor({1, 2, 3, 4, 5}, torch::kInt64)));
   EXPECT_EQ(data.inputs[4][0][0][3].item<int>(), 31);
@@ -141,36 +141,36 @@ TEST_F(IdxTest, PrefersThePlainFileOverTheGzippedOne) {
   write_train_pair();
   write_gz("train-images-idx3-ubyte.gz", images_file(2));
   write_gz("train-labels-idx1-ubyte.gz", labels_file({7, 7}));
-  const auto data = ddp::load_idx_dataset(dir_, ddp::Split::kTrain, 0, 1);
+  const auto data = ddpw::load_idx_dataset(dir_, ddpw::Split::kTrain, 0, 1);
   EXPECT_TRUE(torch::equal(data.targets, torch::tensor({0, 9, 4}, torch::kInt64)));
 }
 
 TEST_F(IdxTest, MissingFileIsNamed) {
   write_plain("train-images-idx3-ubyte", images_file(3));
-  expect_error(ddp::Split::kTrain, "train-labels-idx1-ubyte", "not found");
+  expect_error(ddpw::Split::kTrain, "train-labels-idx1-ubyte", "not found");
 }
 
 TEST_F(IdxTest, MissingDirectoryIsNamed) {
   remove_tree(dir_);
-  expect_error(ddp::Split::kTest, "t10k-images-idx3-ubyte", "data folder " + dir_ + " does not exist");
+  expect_error(ddpw::Split::kTest, "t10k-images-idx3-ubyte", "data folder " + dir_ + " does not exist");
 }
 
 TEST_F(IdxTest, WrongMagicNumber) {
   write_plain("train-images-idx3-ubyte", labels_file({1, 2, 3}));  // a labels file in its place
   write_plain("train-labels-idx1-ubyte", labels_file({0, 9, 4}));
-  expect_error(ddp::Split::kTrain, "train-images-idx3-ubyte", "magic number 2051");
+  expect_error(ddpw::Split::kTrain, "train-images-idx3-ubyte", "magic number 2051");
 }
 
 TEST_F(IdxTest, WrongMagicNumberInGzippedLabels) {
   write_gz("train-images-idx3-ubyte.gz", images_file(3));
   write_gz("train-labels-idx1-ubyte.gz", labels_file({0, 9, 4}, 0x01080000));  // little-endian
-  expect_error(ddp::Split::kTrain, "train-labels-idx1-ubyte.gz", "magic number 2049");
+  expect_error(ddpw::Split::kTrain, "train-labels-idx1-ubyte.gz", "magic number 2049");
 }
 
 TEST_F(IdxTest, WrongImageSize) {
   write_plain("train-images-idx3-ubyte", images_file(3, 32, 32));
   write_plain("train-labels-idx1-ubyte", labels_file({0, 9, 4}));
-  expect_error(ddp::Split::kTrain, "train-images-idx3-ubyte", "28x28");
+  expect_error(ddpw::Split::kTrain, "train-images-idx3-ubyte", "28x28");
 }
 
 TEST_F(IdxTest, TruncatedPlainFile) {
@@ -178,13 +178,13 @@ TEST_F(IdxTest, TruncatedPlainFile) {
   bytes.resize(bytes.size() - 100);
   write_plain("train-images-idx3-ubyte", bytes);
   write_plain("train-labels-idx1-ubyte", labels_file({0, 9, 4}));
-  expect_error(ddp::Split::kTrain, "train-images-idx3-ubyte", "truncated");
+  expect_error(ddpw::Split::kTrain, "train-images-idx3-ubyte", "truncated");
 }
 
 TEST_F(IdxTest, HeaderPromisingMoreThanTheFileHolds) {
   write_plain("train-images-idx3-ubyte", images_file(3, 28, 28, 2051, /*header_count=*/4000000000LL));
   write_plain("train-labels-idx1-ubyte", labels_file({0, 9, 4}));
-  expect_error(ddp::Split::kTrain, "train-images-idx3-ubyte", "truncated");
+  expect_error(ddpw::Split::kTrain, "train-images-idx3-ubyte", "truncated");
 }
 
 TEST_F(IdxTest, TruncatedGzippedContent) {
@@ -192,7 +192,7 @@ TEST_F(IdxTest, TruncatedGzippedContent) {
   bytes.resize(bytes.size() - 1);  // a complete gzip stream of an incomplete IDX file
   write_gz("train-images-idx3-ubyte.gz", bytes);
   write_gz("train-labels-idx1-ubyte.gz", labels_file({0, 9, 4}));
-  expect_error(ddp::Split::kTrain, "train-images-idx3-ubyte.gz", "truncated");
+  expect_error(ddpw::Split::kTrain, "train-images-idx3-ubyte.gz", "truncated");
 }
 
 TEST_F(IdxTest, CutOffGzipStream) {
@@ -201,7 +201,7 @@ TEST_F(IdxTest, CutOffGzipStream) {
   struct stat info {};
   ASSERT_EQ(::stat(path("train-images-idx3-ubyte.gz").c_str(), &info), 0);
   ASSERT_EQ(::truncate(path("train-images-idx3-ubyte.gz").c_str(), info.st_size / 2), 0);
-  expect_error(ddp::Split::kTrain, "train-images-idx3-ubyte.gz", "images");
+  expect_error(ddpw::Split::kTrain, "train-images-idx3-ubyte.gz", "images");
 }
 
 TEST_F(IdxTest, ExtraBytesAfterTheData) {
@@ -209,20 +209,20 @@ TEST_F(IdxTest, ExtraBytesAfterTheData) {
   bytes.push_back(1);
   write_plain("train-images-idx3-ubyte", images_file(3));
   write_plain("train-labels-idx1-ubyte", bytes);
-  expect_error(ddp::Split::kTrain, "train-labels-idx1-ubyte", "longer than its header");
+  expect_error(ddpw::Split::kTrain, "train-labels-idx1-ubyte", "longer than its header");
 }
 
 TEST_F(IdxTest, ImageAndLabelCountsMustAgree) {
   write_plain("train-images-idx3-ubyte", images_file(3));
   write_plain("train-labels-idx1-ubyte", labels_file({0, 9}));
-  expect_error(ddp::Split::kTrain, "train-images-idx3-ubyte", "3 images but");
-  expect_error(ddp::Split::kTrain, "train-labels-idx1-ubyte", "2 labels");
+  expect_error(ddpw::Split::kTrain, "train-images-idx3-ubyte", "3 images but");
+  expect_error(ddpw::Split::kTrain, "train-labels-idx1-ubyte", "2 labels");
 }
 
 TEST_F(IdxTest, LabelOutsideTheTenClasses) {
   write_plain("train-images-idx3-ubyte", images_file(3));
   write_plain("train-labels-idx1-ubyte", labels_file({0, 10, 4}));
-  expect_error(ddp::Split::kTrain, "train-labels-idx1-ubyte", "label 10");
+  expect_error(ddpw::Split::kTrain, "train-labels-idx1-ubyte", "label 10");
 }
 
 // The real thing, when installed (apt-get install dataset-fashion-mnist, or a copy of its files in
@@ -233,9 +233,9 @@ TEST(IdxFashionMnist, LoadsTheInstalledDataset) {
   if (!exists(dir + "/train-images-idx3-ubyte.gz") && !exists(dir + "/train-images-idx3-ubyte"))
     GTEST_SKIP() << "Fashion-MNIST is not installed in " << dir;
   const auto start = std::chrono::steady_clock::now();
-  const auto train = ddp::load_idx_dataset(dir, ddp::Split::kTrain, 0.2860, 0.3530);
+  const auto train = ddpw::load_idx_dataset(dir, ddpw::Split::kTrain, 0.2860, 0.3530);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  const auto test = ddp::load_idx_dataset(dir, ddp::Split::kTest, 0.2860, 0.3530);
+  const auto test = ddpw::load_idx_dataset(dir, ddpw::Split::kTest, 0.2860, 0.3530);
   ASSERT_EQ(train.inputs.sizes(), (std::vector<int64_t>{60000, 1, 28, 28}));
   ASSERT_EQ(test.inputs.sizes(), (std::vector<int64_t>{10000, 1, 28, 28}));
   // Fashion-MNIST is balanced: 6000 training and 1000 test images per class.

@@ -4,9 +4,11 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "course/check_launch.h"
+#include "course/options.h"
+#include "course/run_main.h"
 #include "ddp/error.h"
 #include "ddp/launch_env.h"
-#include "ddp/options.h"
 
 using ddp::EnvMap;
 using ddp::resolve_launch_env;
@@ -269,24 +271,24 @@ class ScopedEnvironment {
   }
   ~ScopedEnvironment() {
     for (const auto& [name, value] : vars_) ::unsetenv(name.c_str());
-    ddp::set_error_prefix("");
+    ddpw::set_error_prefix("");
   }
 
  private:
   EnvMap vars_;
 };
 
-ddp::Options program(const std::string& name, const std::string& kind) {
-  ddp::Options o;
+ddpw::Options program(const std::string& name, const std::string& kind) {
+  ddpw::Options o;
   o.program.name = name;
   o.program.kind = kind;
   o.program.step = name[4] - '0';
   return o;
 }
 
-std::string error_of(const ddp::LaunchValues& me, const ddp::Options& o) {
+std::string error_of(const ddpw::LaunchValues& me, const ddpw::Options& o) {
   try {
-    ddp::check_launch(me, o);
+    ddpw::check_launch(me, o);
   } catch (const ddp::Error& e) {
     return std::string(e.what()) + " (fix: " + e.hint() + ")";
   }
@@ -297,7 +299,7 @@ std::string error_of(const ddp::LaunchValues& me, const ddp::Options& o) {
 
 TEST(CheckLaunch, NothingReadAndNoLauncherIsOneProcess) {
   ScopedEnvironment env({});
-  const auto l = ddp::check_launch({}, program("step0_single_gpu", "program"));
+  const auto l = ddpw::check_launch({}, program("step0_single_gpu", "program"));
   EXPECT_EQ(l.global_rank, 0);
   EXPECT_EQ(l.world_size, 1);
   EXPECT_EQ(l.launcher, "none");
@@ -310,13 +312,13 @@ TEST(CheckLaunch, ValuesReadFromTorchrunAreCompleted) {
                          {"LOCAL_WORLD_SIZE", "2"},
                          {"MASTER_ADDR", "127.0.0.1"},
                          {"MASTER_PORT", "29411"}});
-  ddp::LaunchValues me;  // what step 2's solution reads
+  ddpw::LaunchValues me;  // what step 2's solution reads
   me.global_rank = ddp::env_int("RANK");
   me.local_rank = ddp::env_int("LOCAL_RANK");
   me.world_size = ddp::env_int("WORLD_SIZE");
   me.master_addr = ddp::env("MASTER_ADDR");
   me.master_port = ddp::env_int("MASTER_PORT");
-  const auto l = ddp::check_launch(me, program("step2_env_launch", "solution"));
+  const auto l = ddpw::check_launch(me, program("step2_env_launch", "solution"));
   EXPECT_EQ(l.launcher, "torchrun");
   EXPECT_EQ(l.global_rank, 1);
   EXPECT_EQ(l.local_rank, 1);
@@ -331,7 +333,7 @@ TEST(CheckLaunch, AWrongVariableIsNamed) {
                          {"LOCAL_WORLD_SIZE", "2"},
                          {"MASTER_ADDR", "n1"},
                          {"MASTER_PORT", "29411"}});
-  ddp::LaunchValues me;
+  ddpw::LaunchValues me;
   me.global_rank = 3;
   me.world_size = 4;
   me.local_rank = 3;  // the global rank by mistake: rank 3 would take GPU 3 of a 2-GPU node
@@ -364,7 +366,7 @@ TEST(CheckLaunch, TheBatchShellIsNotAnSrunTask) {
   // SLURM_PROCID=0 and SLURM_NTASKS=4 in the batch script itself: a program run there without
   // srun is one process, whatever the variables suggest; it must not wait for 3 others.
   ScopedEnvironment env({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "4"}, {"SLURM_JOB_NODELIST", "n[1-2]"}});
-  ddp::LaunchValues me;
+  ddpw::LaunchValues me;
   me.global_rank = 0;
   me.world_size = 4;
   const std::string error = error_of(me, program("step3_multinode_slurm", "solution"));
@@ -380,13 +382,13 @@ TEST(CheckLaunch, ASpawnedWorkerKeepsTheRankItWasGiven) {
                          {"SLURM_STEP_ID", "0"},
                          {"SLURM_NTASKS", "1"},
                          {"SLURM_JOB_NODELIST", "n1"}});
-  ddp::LaunchValues me;
+  ddpw::LaunchValues me;
   me.global_rank = me.local_rank = 1;
   me.world_size = me.local_world_size = 2;
   me.master_addr = "localhost";
   auto o = program("step1_multigpu_fork", "solution");
   o.master_port = 12355;
-  const auto l = ddp::check_launch(me, o);
+  const auto l = ddpw::check_launch(me, o);
   EXPECT_EQ(l.launcher, "options");
   EXPECT_EQ(l.global_rank, 1);
   EXPECT_EQ(l.world_size, 2);
@@ -396,14 +398,14 @@ TEST(CheckLaunch, ASpawnedWorkerKeepsTheRankItWasGiven) {
 
 TEST(CheckLaunch, ErrorsAfterItNameTheRankAndHost) {
   ScopedEnvironment env({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "29411"}});
-  ddp::LaunchValues me;
+  ddpw::LaunchValues me;
   me.global_rank = 1;
   me.world_size = 2;
   char host[256] = {0};
   ::gethostname(host, sizeof host - 1);
   ::testing::internal::CaptureStderr();
-  const int rc = ddp::run_main([&] {
-    ddp::check_launch(me, program("step2_env_launch", "solution"));
+  const int rc = ddpw::run_main([&] {
+    ddpw::check_launch(me, program("step2_env_launch", "solution"));
     throw ddp::Error("snapshot 's.pt' is corrupt", "use --fresh");
     return 0;
   });

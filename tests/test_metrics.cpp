@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "course/metrics.h"
 #include "ddp/error.h"
-#include "ddp/metrics.h"
 
 namespace {
 
@@ -37,8 +37,8 @@ std::string temp_path(const std::string& name) {
          name;
 }
 
-ddp::EpochMetrics row(int64_t epoch) {
-  ddp::EpochMetrics m;
+ddpw::EpochMetrics row(int64_t epoch) {
+  ddpw::EpochMetrics m;
   m.epoch = epoch;
   m.world_size = 4;
   m.ranks_per_node = 2;
@@ -56,7 +56,7 @@ TEST(MetricsWriter, HeaderOnceAndOneRowPerEpochAcrossAppends) {
   const auto path = temp_path("append.csv");
   std::remove(path.c_str());
   {
-    ddp::MetricsWriter writer(path, /*append=*/true);
+    ddpw::MetricsWriter writer(path, /*append=*/true);
     writer.write(row(0));
     // Flushed at once: a killed job keeps its rows.
     const auto lines = read_lines(path);
@@ -65,7 +65,7 @@ TEST(MetricsWriter, HeaderOnceAndOneRowPerEpochAcrossAppends) {
     EXPECT_EQ(lines[1], "0,4,2,3,0.5,0.25,0.875,1234.5,12.5,0.25");
   }
   {
-    ddp::MetricsWriter resumed(path, /*append=*/true);  // a resumed run adds rows, no second header
+    ddpw::MetricsWriter resumed(path, /*append=*/true);  // a resumed run adds rows, no second header
     resumed.write(row(1));
     resumed.write(row(2));
   }
@@ -80,12 +80,12 @@ TEST(MetricsWriter, HeaderOnceAndOneRowPerEpochAcrossAppends) {
 TEST(MetricsWriter, FreshRunStartsAgain) {
   const auto path = temp_path("fresh.csv");
   {
-    ddp::MetricsWriter writer(path, true);
+    ddpw::MetricsWriter writer(path, true);
     writer.write(row(0));
     writer.write(row(1));
   }
   {
-    ddp::MetricsWriter writer(path, /*append=*/false);
+    ddpw::MetricsWriter writer(path, /*append=*/false);
     writer.write(row(0));
   }
   const auto lines = read_lines(path);
@@ -99,7 +99,7 @@ TEST(MetricsWriter, FileIsReadableByTheUserOnly) {
   std::remove(path.c_str());
   const mode_t old_mask = ::umask(0);  // even with a permissive umask
   {
-    ddp::MetricsWriter writer(path, true);
+    ddpw::MetricsWriter writer(path, true);
     writer.write(row(0));
   }
   ::umask(old_mask);
@@ -120,7 +120,7 @@ TEST(MetricsWriter, AnExistingFileBecomesUserOnlyToo) {
   for (const bool append : {true, false}) {
     ASSERT_EQ(::chmod(path.c_str(), 0644), 0);
     {
-      ddp::MetricsWriter writer(path, append);
+      ddpw::MetricsWriter writer(path, append);
       writer.write(row(0));
     }
     struct stat info {};
@@ -131,7 +131,7 @@ TEST(MetricsWriter, AnExistingFileBecomesUserOnlyToo) {
 }
 
 TEST(MetricsWriter, DefaultWriterWritesNothing) {
-  ddp::MetricsWriter writer;
+  ddpw::MetricsWriter writer;
   writer.write(row(0));  // no file, no crash
   SUCCEED();
 }
@@ -139,7 +139,7 @@ TEST(MetricsWriter, DefaultWriterWritesNothing) {
 TEST(MetricsWriter, UnwritablePathIsAnErrorNamingIt) {
   const std::string path = "/nonexistent-dir-ddpw/metrics.csv";
   try {
-    ddp::MetricsWriter writer(path, true);
+    ddpw::MetricsWriter writer(path, true);
     FAIL() << "no error";
   } catch (const ddp::Error& e) {
     EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
@@ -171,7 +171,7 @@ TEST(Progress, PlainLinesInALogFile) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
   ASSERT_GE(fd, 0);
   with_stdout(fd, [] {
-    ddp::Progress progress("[GPU0] Epoch 3", /*total_steps=*/8, /*samples_per_step=*/32, /*every=*/2);
+    ddpw::Progress progress("[GPU0] Epoch 3", /*total_steps=*/8, /*samples_per_step=*/32, /*every=*/2);
     for (int64_t step = 1; step <= 8; ++step) progress.update(step, 1.0 / static_cast<double>(step));
     progress.finish();
   });
@@ -199,7 +199,7 @@ TEST(Progress, DefaultIsQuietForShortEpochsInALogFile) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
   ASSERT_GE(fd, 0);
   with_stdout(fd, [] {
-    ddp::Progress progress("q", 100, 1, /*every=*/0);  // a line every 30 s: none in a fast epoch
+    ddpw::Progress progress("q", 100, 1, /*every=*/0);  // a line every 30 s: none in a fast epoch
     for (int64_t step = 1; step <= 100; ++step) progress.update(step, 0.5);
     progress.finish();
   });
@@ -213,7 +213,7 @@ TEST(Progress, ExplicitIntervalAndLastStep) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
   ASSERT_GE(fd, 0);
   with_stdout(fd, [] {
-    ddp::Progress progress("p", 10, 1, 3);
+    ddpw::Progress progress("p", 10, 1, 3);
     for (int64_t step = 1; step <= 10; ++step) progress.update(step, 0.5);
   });
   ::close(fd);
@@ -233,7 +233,7 @@ TEST(Progress, OneRewrittenLineOnATerminal) {
   const int slave = ::open(::ptsname(master), O_RDWR | O_NOCTTY);
   ASSERT_GE(slave, 0);
   with_stdout(slave, [] {
-    ddp::Progress progress("tty", 4, 8, 0);
+    ddpw::Progress progress("tty", 4, 8, 0);
     for (int64_t step = 1; step <= 4; ++step) progress.update(step, 0.25);
     progress.finish();
   });

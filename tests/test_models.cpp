@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "ddp/models.h"
+#include "course/models.h"
 
 namespace {
 
@@ -17,7 +17,7 @@ std::vector<std::string> parameter_names(torch::nn::Module& module) {
 }
 
 TEST(LinearRegressor, IsOneLinearLayer) {
-  ddp::LinearRegressor model(20);
+  ddpw::LinearRegressor model(20);
   EXPECT_EQ(parameter_names(model), (std::vector<std::string>{"fc.weight", "fc.bias"}));
   const auto out = model.forward(torch::ones({5, 20}));
   EXPECT_EQ(out.sizes(), (std::vector<int64_t>{5, 1}));
@@ -27,7 +27,7 @@ TEST(LinearRegressor, IsOneLinearLayer) {
 }
 
 TEST(MnistCnn, HasTheSeedsLayers) {
-  ddp::MnistCnn model;
+  ddpw::MnistCnn model;
   EXPECT_EQ(parameter_names(model),
             (std::vector<std::string>{"conv1.weight", "conv1.bias", "conv2.weight", "conv2.bias", "fc1.weight",
                                       "fc1.bias", "fc2.weight", "fc2.bias"}));
@@ -38,7 +38,7 @@ TEST(MnistCnn, HasTheSeedsLayers) {
 
 TEST(MnistCnn, OutputsLogProbabilities) {
   torch::manual_seed(0);
-  ddp::MnistCnn model;
+  ddpw::MnistCnn model;
   model.eval();
   const auto out = model.forward(torch::rand({3, 1, 28, 28}));
   ASSERT_EQ(out.sizes(), (std::vector<int64_t>{3, 10}));
@@ -47,7 +47,7 @@ TEST(MnistCnn, OutputsLogProbabilities) {
 
 TEST(MnistCnn, DropoutOnlyWhileTraining) {
   torch::manual_seed(0);
-  ddp::MnistCnn model;
+  ddpw::MnistCnn model;
   const auto x = torch::rand({4, 1, 28, 28});
   model.eval();
   EXPECT_TRUE(torch::equal(model.forward(x), model.forward(x)));
@@ -77,7 +77,7 @@ TEST(MnistCnn, DropoutOnlyWhileTraining) {
 //       print(net(x).flatten().tolist())
 //   EOF
 TEST(MnistCnn, MatchesThePythonNet) {
-  ddp::MnistCnn model;
+  ddpw::MnistCnn model;
   model.to(torch::kFloat64);
   model.eval();
   {

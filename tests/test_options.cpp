@@ -1,4 +1,4 @@
-// The command line every step shares (ddp/options.h): the upstream positional form, defaults, the
+// The command line every step shares (course/options.h): the upstream positional form, defaults, the
 // dataset-dependent batch size, ranges and non-numbers, --device forms, the per-step distributed
 // options, and the start-up check that the snapshot and metrics files can be written.
 // A bad value exits 2 with one line naming the option and the fix: death tests check that line.
@@ -16,18 +16,18 @@
 #include <string>
 #include <vector>
 
+#include "course/options.h"
 #include "ddp/files.h"
-#include "ddp/options.h"
 
 namespace {
 
 using ::testing::ExitedWithCode;
 
-ddp::Options parse(std::vector<std::string> args, unsigned groups = ddp::kTrainingOptions) {
+ddpw::Options parse(std::vector<std::string> args, unsigned groups = ddpw::kTrainingOptions) {
   args.insert(args.begin(), "prog");
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
-  return ddp::parse_options(static_cast<int>(argv.size()), argv.data(), "options test", groups);
+  return ddpw::parse_options(static_cast<int>(argv.size()), argv.data(), "options test", groups);
 }
 
 // Each test runs in a fresh empty folder (the default snapshot path is ./snapshot.pt), and checks
@@ -87,7 +87,7 @@ TEST_F(OptionsTest, Defaults) {
 TEST_F(OptionsTest, TheCnnDefaultsToTheSeedsBatchOf64) {
   EXPECT_EQ(parse({"5", "1", "--dataset", "synthetic"}).batch_size, 32);
   EXPECT_EQ(parse({"5", "1", "--dataset", "mnist"}).batch_size, 64);
-  EXPECT_EQ(parse({"5", "1", "--dataset", "fashion-mnist"}).batch_size, ddp::kCnnBatchSize);
+  EXPECT_EQ(parse({"5", "1", "--dataset", "fashion-mnist"}).batch_size, ddpw::kCnnBatchSize);
 }
 
 TEST_F(OptionsTest, AnExplicitBatchSizeWins) {
@@ -168,8 +168,8 @@ TEST_F(OptionsTest, TheLastValueOfAnOptionWins) {
 // worker joining the first job's group): the default is a free port, bound and listening from the
 // moment it is chosen, so no other process can take it before rank 0 serves on it.
 TEST_F(OptionsTest, ASpawningProgramMeetsOnThisNodeAtAFreePortItHolds) {
-  const unsigned step1 = ddp::kTrainingOptions | ddp::kDistributedOptions | ddp::kSpawnOptions;
-  const unsigned step2 = ddp::kTrainingOptions | ddp::kDistributedOptions;
+  const unsigned step1 = ddpw::kTrainingOptions | ddpw::kDistributedOptions | ddpw::kSpawnOptions;
+  const unsigned step2 = ddpw::kTrainingOptions | ddpw::kDistributedOptions;
   const int port = parse({"5", "1"}, step1).master_port;
   EXPECT_GT(port, 0);
   EXPECT_EQ(parse({"5", "1"}, step1).master_port, port);  // chosen once per process
@@ -205,8 +205,8 @@ void help_to_stderr(unsigned groups) {
 }
 
 TEST_F(OptionsTest, HelpStatesEachStepsDefaults) {
-  const unsigned step1 = ddp::kTrainingOptions | ddp::kDistributedOptions | ddp::kSpawnOptions;
-  const unsigned step2 = ddp::kTrainingOptions | ddp::kDistributedOptions;
+  const unsigned step1 = ddpw::kTrainingOptions | ddpw::kDistributedOptions | ddpw::kSpawnOptions;
+  const unsigned step2 = ddpw::kTrainingOptions | ddpw::kDistributedOptions;
   EXPECT_EXIT(help_to_stderr(step1), ExitedWithCode(0), "--master-port INT:INT in \\[1 - 65535\\][^=]");  // no "=0"
   EXPECT_EXIT(help_to_stderr(step1), ExitedWithCode(0),
               "Rendezvous port on this node \\(default: a free port, chosen at start\\)");
@@ -271,17 +271,17 @@ class ZeroOptionsTest : public OptionsTest {
     std::remove(config_.c_str());
     OptionsTest::TearDown();
   }
-  static ddp::Options parse_zero(std::vector<std::string> args, const std::string& kind = "solution",
-                                 unsigned groups = ddp::kTrainingOptions | ddp::kDistributedOptions |
-                                                   ddp::kZeroOptions) {
+  static ddpw::Options parse_zero(std::vector<std::string> args, const std::string& kind = "solution",
+                                  unsigned groups = ddpw::kTrainingOptions | ddpw::kDistributedOptions |
+                                                    ddpw::kZeroOptions) {
     args.insert(args.begin(), "step4_sharded");
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
-    ddp::ProgramId program;
+    ddpw::ProgramId program;
     program.name = "step4_sharded";
     program.kind = kind;
     program.step = 4;
-    return ddp::parse_options(static_cast<int>(argv.size()), argv.data(), "options test", groups, program);
+    return ddpw::parse_options(static_cast<int>(argv.size()), argv.data(), "options test", groups, program);
   }
   std::string config_;
 };
@@ -310,10 +310,10 @@ TEST_F(ZeroOptionsTest, TheConfigSetsTheBatchThePrintIntervalAndTheClipping) {
 
 // The exercise as shipped does not offer them: the step 4 command line names the TODO to complete.
 TEST_F(ZeroOptionsTest, TheExerciseNamesItsTodo) {
-  const unsigned step3_groups = ddp::kTrainingOptions | ddp::kDistributedOptions;
+  const unsigned step3_groups = ddpw::kTrainingOptions | ddpw::kDistributedOptions;
   EXPECT_EXIT(
       parse_zero({"5", "1", "--zero", "2"}, "exercise", step3_groups), ExitedWithCode(2),
-      "fix: complete TODO\\(step4\\) in step4_sharded/main.cpp: offer the ZeRO options \\(ddp::kZeroOptions\\)");
+      "fix: complete TODO\\(step4\\) in step4_sharded/main.cpp: offer the ZeRO options \\(ddpw::kZeroOptions\\)");
   EXPECT_EXIT(parse_zero({"5", "1", "--deepspeed-config", config_}, "solution", step3_groups), ExitedWithCode(2),
               "--zero and --deepspeed-config are ZeRO's: run step4_sharded");
 }

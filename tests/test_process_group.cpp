@@ -49,6 +49,23 @@ TEST(ProcessGroup, SeveralRanksWithoutAPortAreRefused) {
   }
 }
 
+// A library constructor does not change the process: SIGPIPE is configure_process's (process.h),
+// which the programs' run_main calls, not the process group's.
+TEST(ProcessGroup, MakingAGroupLeavesSigpipeAlone) {
+  struct sigaction before {};
+  ::sigaction(SIGPIPE, nullptr, &before);
+  ::signal(SIGPIPE, SIG_DFL);
+  ddp::LaunchEnv one;
+  ddp::ProcessGroupOptions options;
+  options.rendezvous_timeout = options.collective_timeout = std::chrono::seconds(30);
+  auto pg = ddp::init_process_group(one, torch::Device(torch::kCPU), options);
+  struct sigaction after {};
+  ::sigaction(SIGPIPE, nullptr, &after);
+  ::sigaction(SIGPIPE, &before, nullptr);
+  EXPECT_EQ(after.sa_handler, SIG_DFL);
+}
+
+// Under run_main (multiprocess.h), whose configure_process ignores SIGPIPE, as Python does.
 TEST(ProcessGroup, APeerThatDiesIsAnErrorNotSigpipe) {
   EXPECT_EQ(ddp_test::run_ranks(
                 2,
@@ -58,7 +75,7 @@ TEST(ProcessGroup, APeerThatDiesIsAnErrorNotSigpipe) {
                   struct sigaction current {};
                   ::sigaction(SIGPIPE, nullptr, &current);
                   if (current.sa_handler != SIG_IGN) {
-                    std::fprintf(stderr, "rank %d: SIGPIPE is not ignored once the group exists\n", rank);
+                    std::fprintf(stderr, "rank %d: SIGPIPE is not ignored under run_main\n", rank);
                     return 1;
                   }
                   auto t = torch::ones({1 << 16});

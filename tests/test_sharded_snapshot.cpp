@@ -15,6 +15,7 @@
 #include <fstream>
 #include <iterator>
 
+#include "course/from_options.h"
 #include "ddp/error.h"
 #include "ddp/files.h"
 #include "ddp/sharded_snapshot.h"
@@ -322,9 +323,9 @@ TEST(ShardedSnapshot, NoSnapshotIsNoneAndAnotherModelIsRefused) {
   ddp::remove_tree(dir);
 }
 
-ddp::Options run_of(const std::string& dir, const std::string& name, const std::string& kind, int step,
-                    const std::string& dataset = "synthetic") {
-  ddp::Options o;
+ddpw::Options run_of(const std::string& dir, const std::string& name, const std::string& kind, int step,
+                     const std::string& dataset = "synthetic") {
+  ddpw::Options o;
   o.program.name = name;
   o.program.kind = kind;
   o.program.step = step;
@@ -343,11 +344,11 @@ TEST(ShardedSnapshot, AnotherProgramsSnapshotIsRefusedNamingBoth) {
                   ddp::ShardedAdamW optimizer(model, kAdam);
                   train(model, optimizer, 0, 2, rank, 2);
                   const auto solution = run_of(dir, "step4_sharded", "solution", 4);
-                  ddp::save_sharded_snapshot(solution, optimizer, {3, 0, 2});
+                  ddpw::save_sharded_snapshot(solution, optimizer, {3, 0, 2});
                   const auto before = net->l1->weight.clone();
-                  auto refuses = [&](const ddp::Options& reader, const std::string& expected) {
+                  auto refuses = [&](const ddpw::Options& reader, const std::string& expected) {
                     try {
-                      ddp::load_sharded_snapshot(reader, optimizer);
+                      ddpw::load_sharded_snapshot(reader, optimizer);
                     } catch (const ddp::Error& e) {
                       const std::string all = std::string(e.what()) + " (fix: " + e.hint() + ")";
                       if (all.find(expected) != std::string::npos && all.find("--fresh") != std::string::npos)
@@ -374,8 +375,8 @@ TEST(ShardedSnapshot, AnotherProgramsSnapshotIsRefusedNamingBoth) {
                   ok &= ddp::sharded_snapshot_writer(dir + "/anonymous.json").empty();
                   auto fresh = run_of(dir, "step4_sharded", "exercise", 4);
                   fresh.fresh = true;
-                  ok &= !ddp::load_sharded_snapshot(fresh, optimizer).has_value();
-                  const auto state = ddp::load_sharded_snapshot(solution, optimizer);  // its writer resumes
+                  ok &= !ddpw::load_sharded_snapshot(fresh, optimizer).has_value();
+                  const auto state = ddpw::load_sharded_snapshot(solution, optimizer);  // its writer resumes
                   ok &= state && state->epochs_run == 3;
                   return ok ? 0 : 1;
                 }),

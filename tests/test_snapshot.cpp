@@ -7,10 +7,11 @@
 #include <fstream>
 #include <sstream>
 
+#include "course/from_options.h"
+#include "course/models.h"
+#include "course/options.h"
 #include "ddp/error.h"
 #include "ddp/files.h"
-#include "ddp/models.h"
-#include "ddp/options.h"
 #include "ddp/snapshot.h"
 
 namespace {
@@ -24,8 +25,8 @@ class SnapshotIdentity : public ::testing::Test {
   }
   void TearDown() override { ddp::remove_tree(dir_); }
 
-  ddp::Options run_of(const std::string& name, const std::string& kind, const std::string& dataset = "synthetic") {
-    ddp::Options o;
+  ddpw::Options run_of(const std::string& name, const std::string& kind, const std::string& dataset = "synthetic") {
+    ddpw::Options o;
     o.program.name = name;
     o.program.kind = kind;
     o.dataset = dataset;
@@ -34,16 +35,16 @@ class SnapshotIdentity : public ::testing::Test {
   }
 
   // Saves with `writer`, loads with `reader`: the error text, or "" when it loaded.
-  std::string load_as(const ddp::Options& writer, const ddp::Options& reader) {
-    ddp::LinearRegressor model(20);
+  std::string load_as(const ddpw::Options& writer, const ddpw::Options& reader) {
+    ddpw::LinearRegressor model(20);
     torch::optim::SGD optimizer(model.parameters(), torch::optim::SGDOptions(0.1));
-    ddp::save_snapshot(writer, model, optimizer, {5, 0, 2});
+    ddpw::save_snapshot(writer, model, optimizer, {5, 0, 2});
     const std::string before = bytes(writer.snapshot_path);
-    ddp::LinearRegressor other(20);
+    ddpw::LinearRegressor other(20);
     torch::optim::SGD other_optimizer(other.parameters(), torch::optim::SGDOptions(0.1));
     std::string error;
     try {
-      const auto state = ddp::load_snapshot(reader, other, other_optimizer, 2);
+      const auto state = ddpw::load_snapshot(reader, other, other_optimizer, 2);
       EXPECT_TRUE(state.has_value());
       EXPECT_EQ(state->epochs_run, 5);
     } catch (const ddp::Error& e) {
@@ -91,21 +92,21 @@ TEST_F(SnapshotIdentity, AnotherStepOrDatasetIsRefused) {
 }
 
 TEST_F(SnapshotIdentity, FreshIgnoresTheFile) {
-  ddp::LinearRegressor model(20);
+  ddpw::LinearRegressor model(20);
   torch::optim::SGD optimizer(model.parameters(), torch::optim::SGDOptions(0.1));
-  ddp::save_snapshot(run_of("step2_env_launch", "solution"), model, optimizer, {5, 0, 2});
+  ddpw::save_snapshot(run_of("step2_env_launch", "solution"), model, optimizer, {5, 0, 2});
   auto reader = run_of("step2_env_launch", "exercise");
   reader.fresh = true;
-  EXPECT_FALSE(ddp::load_snapshot(reader, model, optimizer, 2).has_value());
+  EXPECT_FALSE(ddpw::load_snapshot(reader, model, optimizer, 2).has_value());
 }
 
 TEST(DefaultSnapshotPath, EveryProgramHasItsOwn) {
   auto id = [](const std::string& name, const std::string& kind, int step) {
-    ddp::ProgramId p;
+    ddpw::ProgramId p;
     p.name = name;
     p.kind = kind;
     p.step = step;
-    return ddp::default_snapshot_path(p);
+    return ddpw::default_snapshot_path(p);
   };
   EXPECT_EQ(id("step0_single_gpu", "program", 0), "snapshot-step0.pt");
   EXPECT_EQ(id("step2_env_launch", "exercise", 2), "snapshot-step2-exercise.pt");
@@ -114,7 +115,7 @@ TEST(DefaultSnapshotPath, EveryProgramHasItsOwn) {
   EXPECT_EQ(id("step4_sharded", "exercise", 4), "snapshot-step4-exercise.pt");
   EXPECT_EQ(id("step4_sharded", "solution", 4), "snapshot-step4-solution.pt");
   EXPECT_EQ(id("ddp_train_bench", "program", -1), "snapshot-ddp_train_bench.pt");
-  EXPECT_EQ(ddp::default_snapshot_path({}), "snapshot.pt");
+  EXPECT_EQ(ddpw::default_snapshot_path({}), "snapshot.pt");
 }
 
 }  // namespace

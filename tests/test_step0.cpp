@@ -7,11 +7,11 @@
 #include <fstream>
 #include <sstream>
 
+#include "course/models.h"
+#include "course/options.h"
+#include "course/workload.h"
 #include "ddp/files.h"
-#include "ddp/models.h"
-#include "ddp/options.h"
 #include "ddp/snapshot.h"
-#include "ddp/workload.h"
 
 namespace {
 
@@ -48,12 +48,12 @@ TEST(Step0, TrainsAndTheSnapshotLoadsIntoAPlainModel) {
   EXPECT_LT(rows.back().at("train_loss"), 0.5 * rows.front().at("train_loss")) << "the loss did not fall";
 
   // A plain model (no DDP, fresh weights) loads the snapshot and gets the reported test loss.
-  ddp::Options options;
+  ddpw::Options options;
   options.dataset = "synthetic";
-  const ddp::Workload workload = ddp::make_workload(options);
-  auto model = std::make_shared<ddp::LinearRegressor>(20);
+  const ddpw::Workload workload = ddpw::make_workload(options);
+  auto model = std::make_shared<ddpw::LinearRegressor>(20);
   ddp::load_model_weights(snapshot, *model);
-  const auto eval = ddp::evaluate(*model, workload, 1000, torch::kCPU, nullptr, 0, 1);
+  const auto eval = ddpw::evaluate(*model, workload, 1000, torch::kCPU, nullptr, 0, 1);
   EXPECT_NEAR(eval.loss, rows.back().at("test_loss"), 1e-5 * rows.back().at("test_loss"));
   ddp::remove_tree(dir);
 }

@@ -5,15 +5,15 @@
 
 #include <string>
 
+#include "course/options.h"
+#include "course/trainer_launch.h"
 #include "ddp/error.h"
 #include "ddp/launch_env.h"
-#include "ddp/options.h"
-#include "ddp/trainer_launch.h"
 
 namespace {
 
-ddp::Options trainer_options(const std::string& strategy, int gpus = 0, int nodes = 0) {
-  ddp::Options o;
+ddpw::Options trainer_options(const std::string& strategy, int gpus = 0, int nodes = 0) {
+  ddpw::Options o;
   o.strategy = strategy;
   o.zero_stage = strategy.rfind("zero", 0) == 0 ? strategy.back() - '0' : 0;
   o.gpus = gpus;
@@ -33,9 +33,9 @@ ddp::LaunchEnv launched(const std::string& launcher, int world, int per_node) {
 }
 
 // The error's message and hint, or "" when there was none.
-std::string refusal(const ddp::Options& o, const ddp::LaunchEnv& seen, int gpus_visible = 0) {
+std::string refusal(const ddpw::Options& o, const ddp::LaunchEnv& seen, int gpus_visible = 0) {
   try {
-    ddp::plan_trainer_launch(o, seen, gpus_visible);
+    ddpw::plan_trainer_launch(o, seen, gpus_visible);
   } catch (const ddp::Error& e) {
     return std::string(e.what()) + " | fix: " + e.hint();
   }
@@ -46,19 +46,19 @@ std::string refusal(const ddp::Options& o, const ddp::LaunchEnv& seen, int gpus_
 
 TEST(TrainerLaunch, NoLauncherGpusStartsThatManyWorkers) {
   const ddp::LaunchEnv none = launched("none", 1, 1);
-  EXPECT_EQ(ddp::plan_trainer_launch(trainer_options("ddp", 2), none, 0).spawn_workers, 2);
-  EXPECT_EQ(ddp::plan_trainer_launch(trainer_options("zero2", 3), none, 0).spawn_workers, 3);
+  EXPECT_EQ(ddpw::plan_trainer_launch(trainer_options("ddp", 2), none, 0).spawn_workers, 2);
+  EXPECT_EQ(ddpw::plan_trainer_launch(trainer_options("zero2", 3), none, 0).spawn_workers, 3);
   // One process: nothing to start, whatever the strategy.
-  EXPECT_EQ(ddp::plan_trainer_launch(trainer_options("single"), none, 0).spawn_workers, 0);
-  EXPECT_EQ(ddp::plan_trainer_launch(trainer_options("ddp", 1), none, 0).spawn_workers, 0);
+  EXPECT_EQ(ddpw::plan_trainer_launch(trainer_options("single"), none, 0).spawn_workers, 0);
+  EXPECT_EQ(ddpw::plan_trainer_launch(trainer_options("ddp", 1), none, 0).spawn_workers, 0);
   // One srun task may start workers, as step 1's batch scripts do.
-  EXPECT_EQ(ddp::plan_trainer_launch(trainer_options("ddp", 2), launched("slurm", 1, 1), 0).spawn_workers, 2);
+  EXPECT_EQ(ddpw::plan_trainer_launch(trainer_options("ddp", 2), launched("slurm", 1, 1), 0).spawn_workers, 2);
 }
 
 TEST(TrainerLaunch, UnderALauncherGpusAndNodesOnlyCheck) {
-  EXPECT_EQ(ddp::plan_trainer_launch(trainer_options("ddp", 2, 2), launched("slurm", 4, 2), 0).spawn_workers, 0);
-  EXPECT_EQ(ddp::plan_trainer_launch(trainer_options("zero1"), launched("torchrun", 2, 2), 0).spawn_workers, 0);
-  EXPECT_EQ(ddp::plan_trainer_launch(trainer_options("ddp", 2), launched("openmpi", 2, 2), 0).spawn_workers, 0);
+  EXPECT_EQ(ddpw::plan_trainer_launch(trainer_options("ddp", 2, 2), launched("slurm", 4, 2), 0).spawn_workers, 0);
+  EXPECT_EQ(ddpw::plan_trainer_launch(trainer_options("zero1"), launched("torchrun", 2, 2), 0).spawn_workers, 0);
+  EXPECT_EQ(ddpw::plan_trainer_launch(trainer_options("ddp", 2), launched("openmpi", 2, 2), 0).spawn_workers, 0);
 }
 
 TEST(TrainerLaunch, GpusOtherThanLaunchedNamesTheLaunchersFix) {
@@ -87,19 +87,19 @@ TEST(TrainerLaunch, SingleIsOneProcess) {
 }
 
 TEST(TrainerLaunch, MoreWorkersThanGpus) {
-  ddp::Options o = trainer_options("ddp", 4);
+  ddpw::Options o = trainer_options("ddp", 4);
   o.device = "auto";
   EXPECT_NE(refusal(o, launched("none", 1, 1), 2).find("give --gpus 2 or fewer, or --device cpu"), std::string::npos);
-  EXPECT_EQ(ddp::plan_trainer_launch(o, launched("none", 1, 1), 4).spawn_workers, 4);
+  EXPECT_EQ(ddpw::plan_trainer_launch(o, launched("none", 1, 1), 4).spawn_workers, 4);
   o.device = "cpu";  // CPU workers: as many as asked
-  EXPECT_EQ(ddp::plan_trainer_launch(o, launched("none", 1, 1), 2).spawn_workers, 4);
+  EXPECT_EQ(ddpw::plan_trainer_launch(o, launched("none", 1, 1), 2).spawn_workers, 4);
 }
 
 TEST(TrainerLaunch, NoStrategyNamesTheExercisesTodo) {
-  ddp::Options o = trainer_options("");
+  ddpw::Options o = trainer_options("");
   o.program = {"step5_trainer", "exercise", "", 5};
   EXPECT_NE(refusal(o, launched("none", 1, 1)).find("complete TODO(step5) in step5_trainer/main.cpp"),
             std::string::npos);
   o.program = {"my_program", "program", "", -1};
-  EXPECT_NE(refusal(o, launched("none", 1, 1)).find("ddp::kTrainerOptions"), std::string::npos);
+  EXPECT_NE(refusal(o, launched("none", 1, 1)).find("ddpw::kTrainerOptions"), std::string::npos);
 }

@@ -13,9 +13,9 @@
 #include <iterator>
 #include <sstream>
 
+#include "course/models.h"
 #include "ddp/error.h"
 #include "ddp/files.h"
-#include "ddp/models.h"
 #include "ddp/torch_pickle.h"
 #include "ddp/weights_io.h"
 
@@ -43,9 +43,9 @@ class WeightsIo : public ::testing::Test {
   std::string dir_;
 };
 
-std::shared_ptr<ddp::MnistCnn> seeded_cnn(uint64_t seed) {
+std::shared_ptr<ddpw::MnistCnn> seeded_cnn(uint64_t seed) {
   torch::manual_seed(seed);
-  return std::make_shared<ddp::MnistCnn>();
+  return std::make_shared<ddpw::MnistCnn>();
 }
 
 // A copy of every tensor, to show that a refused import changed nothing.
@@ -130,7 +130,7 @@ TEST_F(WeightsIo, TensorDictKeepsOrderDtypesShapesAndValues) {
 // with _metadata, which LibTorch's own torch::pickle_load cannot read.
 TEST_F(WeightsIo, ReadsWhatPythonTorchSaveWrote) {
   for (const std::string name : {"torch_save_linear.pth", "torch_save_linear_protocol4.pth"}) {
-    ddp::LinearRegressor model(20);
+    ddpw::LinearRegressor model(20);
     write(path(name), fixture(name));
     ASSERT_GT(read(path(name)).size(), 1000u) << "fixture missing: " << name;
     ddp::import_weights(path(name), model);

@@ -1,5 +1,5 @@
-"""The course's data as the C++ library builds it: the IDX files (ddp/idx.cpp) normalised per
-dataset (ddp/workload.cpp), the synthetic set and the sampler's order (ddp/data.cpp). The same
+"""The course's data as the C++ library builds it: the IDX files (course/idx.cpp) normalised per
+dataset (course/workload.cpp), the synthetic set and the sampler's order (ddp/data.cpp). The same
 torch operations in the same order, so every batch is the same to the last bit."""
 import gzip
 import math
@@ -8,7 +8,7 @@ import os
 import numpy as np
 import torch
 
-# (mean, std) of each dataset's training images, as ddp/workload.cpp normalises them.
+# (mean, std) of each dataset's training images, as course/workload.cpp normalises them.
 NORMALISATION = {"mnist": (0.1307, 0.3081), "fashion-mnist": (0.2860, 0.3530)}
 DEFAULT_FOLDER = {"mnist": "data/mnist", "fashion-mnist": "/usr/share/datasets/fashion-mnist"}
 IMAGES_MAGIC, LABELS_MAGIC = 2051, 2049
@@ -37,7 +37,7 @@ class Dataset:
 
 
 def _read_idx(folder, name, magic):
-    """One IDX file, plain or gzipped (the plain one first, as ddp/idx.cpp looks)."""
+    """One IDX file, plain or gzipped (the plain one first, as course/idx.cpp looks)."""
     path = os.path.join(folder, name)
     if not os.path.isfile(path):
         path += ".gz"

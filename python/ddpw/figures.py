@@ -24,7 +24,7 @@ def first_batch_loss(model, train, dataset, batch_size, seed=0):
 
 @torch.no_grad()
 def evaluate(model, test, dataset, batch_size=1000):
-    """ddp::evaluate on one rank: mean loss over all test samples, fraction correct, correct count."""
+    """ddpw::evaluate on one rank: mean loss over all test samples, fraction correct, correct count."""
     model.eval()
     loss_fn, n = loss_function(dataset), len(test)
     loss_sum, correct = 0.0, 0

@@ -1,11 +1,11 @@
-"""The twins of ddp/models.cpp: same modules, same names (the state_dict keys), same forward."""
+"""The twins of course/models.cpp: same modules, same names (the state_dict keys), same forward."""
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 
 class LinearRegressor(nn.Module):
-    """Linear(features, 1): the synthetic workload's model (C++: ddp::LinearRegressor)."""
+    """Linear(features, 1): the synthetic workload's model (C++: ddpw::LinearRegressor)."""
 
     def __init__(self, features: int = 20):
         super().__init__()
@@ -16,7 +16,7 @@ class LinearRegressor(nn.Module):
 
 
 class MnistCnn(nn.Module):
-    """pytorch/examples mnist/main.py `Net` (C++: ddp::MnistCnn). Input [N, 1, 28, 28]."""
+    """pytorch/examples mnist/main.py `Net` (C++: ddpw::MnistCnn). Input [N, 1, 28, 28]."""
 
     def __init__(self):
         super().__init__()

@@ -3,40 +3,39 @@
 // New since step 3 (TODO(step4)): ZeRO's wrapper and optimizer, clipping and warm-up, a shard per rank. diff-step 4.
 #include <torch/torch.h>
 
-#include "ddp/compute.h"         // defines: configure_compute (threads per rank, --deterministic)
-#include "ddp/data.h"            // defines: DistributedSampler (the data order), Loader (batches)
-#include "ddp/device.h"          // defines: choose_device, visible_gpus
-#include "ddp/epoch_report.h"    // defines: EpochReporter (every line a rank prints, losses, metrics)
-#include "ddp/error.h"           // defines: run_main, exit codes
-#include "ddp/hostlist.h"        // defines: expand_hostlist (Slurm's node lists)
-#include "ddp/launch_env.h"      // defines: LaunchValues, check_launch (who am I), job_port
-#include "ddp/options.h"         // defines: Options, parse_options
-#include "ddp/process_group.h"   // defines: ProcessGroup
-#include "ddp/run_report.h"      // defines: print_settings, print_rank_table
-#include "ddp/stop_agreement.h"  // defines: StopAgreement (all ranks stop at one step on SIGTERM/SIGUSR1)
-#include "ddp/workload.h"        // defines: Workload (data, model, optimizer, loss)
+#include "course/check_launch.h"  // defines: LaunchValues, check_launch (who am I); job_port (launch_env.h)
+#include "course/compute.h"       // defines: configure_compute (threads per rank, --deterministic)
+#include "course/epoch_report.h"  // defines: EpochReporter (every line a rank prints, losses, metrics)
+#include "course/options.h"       // defines: Options, parse_options
+#include "course/run_main.h"      // defines: run_main; exit codes (error.h)
+#include "course/run_report.h"    // defines: print_settings, print_rank_table
+#include "course/workload.h"      // defines: Workload (data, model, optimizer, loss)
+#include "ddp/data.h"             // defines: DistributedSampler (the data order), Loader (batches)
+#include "ddp/device.h"           // defines: choose_device, visible_gpus
+#include "ddp/hostlist.h"         // defines: expand_hostlist (Slurm's node lists)
+#include "ddp/stop_agreement.h"   // defines: StopAgreement (all ranks stop at one step on SIGTERM/SIGUSR1)
 // TODO(step4): ZeRO's model wrapper, optimizer and snapshots instead of DDP's (start at ddp/zero_data_parallel.h).
-#include "ddp/sharded_snapshot.h"    // defines: ShardedAdamW, save/load_sharded_snapshot (a shard per rank)
-#include "ddp/zero_data_parallel.h"  // defines: ZeroDataParallel, zero_options
-#include "ddp/zero_settings.h"       // defines: learning_rate_at (DeepSpeed's WarmupLR)
+#include "course/from_options.h"   // defines: save/load_sharded_snapshot (a shard per rank), zero_options, adam_options
+#include "course/zero_settings.h"  // defines: learning_rate_at (DeepSpeed's WarmupLR)
+#include "ddp/sharded_adamw.h"     // defines: ShardedAdamW; with it ZeroDataParallel, ProcessGroup
 
 class Trainer {
  public:
-  Trainer(const ddp::Options& opt, const ddp::LaunchEnv& launch, torch::Device device,
+  Trainer(const ddpw::Options& opt, const ddp::LaunchEnv& launch, torch::Device device,
           std::shared_ptr<ddp::ProcessGroup> pg)
       : opt_(opt),
         launch_(launch),
-        workload_(ddp::make_workload(opt)),
+        workload_(ddpw::make_workload(opt)),
         // TODO(step1): give each rank its own shard of every epoch's shuffle (as DistributedSampler).
         sampler_(workload_.train.size(), launch.world_size, launch.global_rank, opt.seed),
         // TODO(step4): wrap it in ZeroDataParallel (each rank owns 1/N of every bucket) and step a ShardedAdamW.
-        model_(workload_.make_model(device), pg, ddp::zero_options(opt)),
+        model_(workload_.make_model(device), pg, ddpw::zero_options(opt)),
         loader_(workload_.train, sampler_, opt.batch_size, device),
-        optimizer_(std::make_unique<ddp::ShardedAdamW>(model_, ddp::adam_options(opt))),
+        optimizer_(std::make_unique<ddp::ShardedAdamW>(model_, ddpw::adam_options(opt))),
         stop_(pg.get()),
         reporter_(opt, launch, device, workload_, pg.get()) {
     // TODO(step4): every rank reads its shard (all shards with another world size: they reshard).
-    if (auto state = ddp::load_sharded_snapshot(opt, *optimizer_)) {
+    if (auto state = ddpw::load_sharded_snapshot(opt, *optimizer_)) {
       epochs_run_ = state->epochs_run;
       first_step_ = state->step_in_epoch;
       reporter_.print("Resuming training from snapshot {} at epoch {}, step {}", opt.snapshot_path, epochs_run_,
@@ -54,7 +53,7 @@ class Trainer {
   }
  private:
   // TODO(step1): the plain model inside the wrapper: snapshots hold its state, so they load without DDP.
-  ddp::Model& plain_model() { return *model_.module(); }
+  ddpw::Model& plain_model() { return *model_.module(); }
 
   torch::Tensor run_batch(const ddp::Batch& batch) {
     optimizer_->zero_grad();
@@ -62,7 +61,7 @@ class Trainer {
     loss.backward();
     // TODO(step4): DeepSpeed's gradient_clipping (the norm of all ranks' shards) and WarmupLR, then the step.
     if (opt_.deepspeed.gradient_clipping > 0) optimizer_->clip_grad_norm(opt_.deepspeed.gradient_clipping);
-    optimizer_->set_lr(ddp::learning_rate_at(opt_, optimizer_->steps_taken()));
+    optimizer_->set_lr(ddpw::learning_rate_at(opt_, optimizer_->steps_taken()));
     optimizer_->step();
     return loss;
   }
@@ -87,28 +86,28 @@ class Trainer {
 
   void save(int64_t epochs_run, int64_t step) {
     // TODO(step4): no rank holds all the optimizer state: every rank writes its shard, rank 0 the manifest.
-    ddp::save_sharded_snapshot(opt_, *optimizer_, {epochs_run, step, launch_.world_size});
+    ddpw::save_sharded_snapshot(opt_, *optimizer_, {epochs_run, step, launch_.world_size});
     reporter_.announce("Training snapshot saved at {} ({} epochs run, step {})", opt_.snapshot_path, epochs_run, step);
   }
 
-  const ddp::Options& opt_;
+  const ddpw::Options& opt_;
   const ddp::LaunchEnv launch_;
-  ddp::Workload workload_;
+  ddpw::Workload workload_;
   ddp::DistributedSampler sampler_;
   // TODO(step4): the model lives inside ZeroDataParallel, the optimizer is a ShardedAdamW.
-  ddp::ZeroDataParallel<ddp::Model> model_;
+  ddp::ZeroDataParallel<ddpw::Model> model_;
   ddp::Loader loader_;
   std::unique_ptr<ddp::ShardedAdamW> optimizer_;
   ddp::StopAgreement stop_;
-  ddp::EpochReporter reporter_;
+  ddpw::EpochReporter reporter_;
   int64_t epochs_run_ = 0, first_step_ = 0;
 };
 
 // TODO(step2): the launcher says who each worker is: torchrun sets RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR,
 //   MASTER_PORT (its docs); mpirun OMPI_COMM_WORLD_RANK, _LOCAL_RANK, _SIZE (man mpirun). Hint: ddp::env.
-int worker(const ddp::Options& opt) {
+int worker(const ddpw::Options& opt) {
   ddp::install_stop_signal_handlers();
-  ddp::LaunchValues me;    // who am I: what the launcher says (no launcher: rank 0 of 1)
+  ddpw::LaunchValues me;   // who am I: what the launcher says (no launcher: rank 0 of 1)
   if (ddp::env("RANK")) {  // torchrun
     me.global_rank = ddp::env_int("RANK");
     me.local_rank = ddp::env_int("LOCAL_RANK");
@@ -130,21 +129,22 @@ int worker(const ddp::Options& opt) {
     if (!me.master_port) me.master_port = ddp::job_port(ddp::env_int("SLURM_JOB_ID").value());
   }
 
-  const ddp::LaunchEnv launch = ddp::check_launch(me, opt);
+  const ddp::LaunchEnv launch = ddpw::check_launch(me, opt);
   const torch::Device device = ddp::choose_device(opt.device, launch.local_rank);
-  const int threads = ddp::configure_compute(opt, launch);
+  const int threads = ddpw::configure_compute(opt, launch);
   // TODO(step1): join the process group (Gloo on CPU, NCCL on GPUs), after the device is chosen.
-  auto pg = ddp::init_process_group(launch, device, ddp::process_group_options(opt));
+  auto pg = ddp::init_process_group(launch, device, ddpw::process_group_options(opt));
 
-  ddp::print_settings(opt, launch, device, threads, launch.global_rank);
-  ddp::print_rank_table(pg.get(), launch, device);  // each rank's host, local rank and device
+  ddpw::print_settings(opt, launch, device, threads, launch.global_rank);
+  ddpw::print_rank_table(pg.get(), launch, device);  // each rank's host, local rank and device
   Trainer trainer(opt, launch, device, pg);
   return trainer.train();
 }
 
 int main(int argc, char** argv) {
   // TODO(step2): the launcher starts one process per device: no spawn, no --nproc (kSpawnOptions).
-  // TODO(step4): ZeRO's options too: --zero 1|2, --deepspeed-config FILE (ddp::kZeroOptions).
-  const auto opt = ddp::parse_options(argc, argv, ddp::kTrainingOptions | ddp::kDistributedOptions | ddp::kZeroOptions);
-  return ddp::run_main([&] { return worker(opt); });
+  // TODO(step4): ZeRO's options too: --zero 1|2, --deepspeed-config FILE (ddpw::kZeroOptions).
+  const auto opt =
+      ddpw::parse_options(argc, argv, ddpw::kTrainingOptions | ddpw::kDistributedOptions | ddpw::kZeroOptions);
+  return ddpw::run_main([&] { return worker(opt); });
 }

@@ -27,7 +27,7 @@ done
 # Rank 1 waits on the foreign listener and takes SIGTERM as "stop at the next step": spawn's
 # SIGKILL comes 3 s later; the bound of 18 s leaves room for a loaded machine.
 hold_port 0.0.0.0
-expect_error "step 1, port held" 18 1 "master port $PORT on .* is already in use.*leave out --master-port \\(step 1 then picks a free port\\)" \
+expect_error "step 1, port held" 18 1 "master port $PORT on .* is already in use.*leave out --master-port \\(the program then picks a free port\\)" \
   "$STEP1" 5 1 --threads 1 --master-port "$PORT" --rendezvous-timeout 30 --collective-timeout 30
 grep -q '^spawn: worker rank 0 (pid [0-9]*) exited with code 1; the other workers were stopped' "$LOG" ||
   { cat "$LOG"; fail "step 1: the parent did not name rank 0"; }

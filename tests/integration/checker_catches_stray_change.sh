@@ -35,9 +35,9 @@ sed 's/^\/\/ localhost, each trains on its own shard/\/\/ localhost, each trains
 expect_caught header_after_mention "$exercise" "$tmp/header.cpp"
 
 # 3. Inside worker(), below the TODO block that joins the process group (past its blank line).
-grep -q '^  ddp::print_settings(opt, launch, device, threads, launch.global_rank);$' "$solution" \
+grep -q '^  ddpw::print_settings(opt, launch, device, threads, launch.global_rank);$' "$solution" \
   || { echo "FAIL: worker() no longer calls print_settings: update this test"; exit 1; }
-sed 's/^  ddp::print_settings(opt, launch, device, threads, launch.global_rank);$/  ddp::print_settings(opt, launch, device, 1, launch.global_rank);/' \
+sed 's/^  ddpw::print_settings(opt, launch, device, threads, launch.global_rank);$/  ddpw::print_settings(opt, launch, device, 1, launch.global_rank);/' \
   "$solution" >"$tmp/in_function.cpp"
 expect_caught in_function "$exercise" "$tmp/in_function.cpp"
 

@@ -48,10 +48,10 @@ cd ..
 
 # The exercise as shipped: it compiles and runs, and stops at the first TODO(step5) that matters.
 expect_error "the exercise without Lightning's options" 30 1 \
-  'error: step5_trainer \(exercise\) calls the trainer, but its options carry no strategy \(fix: complete TODO\(step5\) in step5_trainer/main.cpp: offer Lightning.s options \(ddp::kTrainerOptions\)\)' \
+  'error: step5_trainer \(exercise\) calls the trainer, but its options carry no strategy \(fix: complete TODO\(step5\) in step5_trainer/main.cpp: offer Lightning.s options \(ddpw::kTrainerOptions\)\)' \
   "$BIN/step5_trainer" 1 1
 expect_error "the exercise given --strategy" 30 2 \
-  'fix: complete TODO\(step5\) in step5_trainer/main.cpp: offer Lightning.s options \(ddp::kTrainerOptions\)' \
+  'fix: complete TODO\(step5\) in step5_trainer/main.cpp: offer Lightning.s options \(ddpw::kTrainerOptions\)' \
   "$BIN/step5_trainer" 1 1 --strategy ddp
 expect_error "the exercise given --epochs (Lightning's form)" 30 2 \
   'error: save_every is required \(fix: complete TODO\(step5\) in step5_trainer/main.cpp: offer Lightning.s options' \

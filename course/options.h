@@ -1,0 +1,110 @@
+// defines: Options (every setting of the course's programs) and parse_options (CLI11; --help is
+//          generated from the parser, errors are one line with the fix, exit code 2).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "course/deepspeed_config.h"
+#include "course/program.h"
+#include "ddp/launch_env.h"
+
+namespace CLI {
+class App;
+}
+
+namespace ddpw {
+
+inline constexpr int kCnnBatchSize = 64;  // --dataset mnist|fashion-mnist: the seed's batch
+
+struct Options {
+  // The upstream tutorial's positional form: `step0_single_gpu 50 10`.
+  int total_epochs = 0;
+  int save_every = 0;
+  int batch_size = 32;  // parse_options makes it kCnnBatchSize for the CNN unless given
+
+  std::string device = "auto";        // auto | cpu | cuda | cuda:N
+  std::string dataset = "synthetic";  // synthetic | mnist | fashion-mnist
+  std::string data_dir;               // default: where the dataset usually lives (see workload.h)
+  int test_batch_size = 1000;
+  double lr = 0;       // 0: the workload's default (SGD 1e-2 synthetic, Adadelta 1.0 CNN)
+  double gamma = 0.7;  // StepLR decay for the CNN
+  uint64_t seed = 0;
+  int threads = 0;  // intra-op threads per rank; 0: cores / ranks on this node
+
+  std::string snapshot_path = "snapshot.pt";  // parse_options: the program's own, see default_snapshot_path
+  bool fresh = false;                         // ignore an existing snapshot and start again
+  bool deterministic = false;                 // deterministic kernels (GPU): a stopped run resumes bit for bit
+  std::string metrics_path;                   // per-epoch CSV, written by rank 0 (empty: none)
+  int log_every = 0;                          // progress line every N steps (0: every 30 s)
+  std::string init_weights_path;              // a state_dict from Python's torch.save to start from (weights_io.h)
+  std::string export_weights_path;            // rank 0 writes the final state_dict here for Python's torch.load
+
+  // Distributed settings (steps 1-3 and the diagnostics).
+  int nproc = 2;                 // step 1: workers to start when there is no GPU
+  std::string master_addr;       // empty: from the launcher (not offered with kSpawnOptions)
+  int master_port = 0;           // 0: from the launcher; with kSpawnOptions a free port (spawn_master_port)
+  std::string init_method;       // file:///shared/path instead of a TCP store
+  std::string backend = "auto";  // auto | gloo | nccl
+  double bucket_mb = 25;         // gradient bucket size, as PyTorch's bucket_cap_mb
+  bool find_unused_parameters = false;
+  double rendezvous_timeout_s = 300;
+  double collective_timeout_s = 600;
+
+  // ZeRO (kZeroOptions: step 4; the trainer's zero1/zero2 strategies). parse_options reads the DeepSpeed
+  // config and applies its batch size, steps_per_print and bucket size; the optimizer, the warm-up and
+  // the clipping are read where they are used (zero_settings.h).
+  int zero_stage = 0;                 // 1 or 2 when ZeRO trains (--zero, --strategy, ds_config's stage); 0: no ZeRO
+  std::string deepspeed_config_path;  // --deepspeed-config (empty: none)
+  DeepSpeedConfig deepspeed;          // that file's settings; without one DeepSpeed's defaults (no optimizer section)
+
+  // The trainer (kTrainerOptions, step 5): PyTorch Lightning's Trainer(gpus, num_nodes, strategy).
+  std::string strategy;  // single | ddp | zero1 | zero2 (kTrainerOptions; zero<N> with kZeroOptions);
+                         // empty: the program's own (steps 0-3)
+  int gpus = 0;          // processes per node (--gpus, --devices); 0: as the launcher started them
+  int nodes = 0;         // --nodes; 0: as the launcher started them
+
+  ProgramId program;  // which program parsed these (its snapshots record it)
+};
+
+// Which groups of options a program offers.
+enum OptionGroups : unsigned {
+  kTrainingOptions = 1u << 0,     // positional epochs/save_every and the training settings
+  kDistributedOptions = 1u << 1,  // backend, buckets, timeouts, master address
+  kSpawnOptions = 1u << 2,        // --nproc; the workers meet on this node (no --master-addr,
+                                  // no --init-method; --master-port defaults to a free port that
+                                  // the parent holds for rank 0: see spawn_master_port)
+  kZeroOptions = 1u << 3,         // --zero 1|2, --deepspeed-config FILE (step 4)
+  kTrainerOptions = 1u << 4,      // step 5: --strategy, Lightning's --gpus/--devices, --nodes, --epochs,
+                                  // --deepspeed-config; implies kDistributedOptions; the positional
+                                  // epochs/save_every become optional (--epochs; a snapshot every epoch)
+};
+
+// Parses argv into Options. --help prints and exits 0; a bad value prints one line naming the
+// option and the fix and exits 2. Also checks what can be checked before any work starts
+// (a file can be created next to the snapshot and the metrics file, the device string is
+// valid), and applies the per-workload defaults that are not the workload's own (batch size).
+// `program` is the calling program (its default snapshot path; its first source line is the
+// description --help shows); the default argument reads the caller's own target (program.h).
+Options parse_options(int argc, char** argv, unsigned groups, const ProgramId& program = this_program());
+
+// The same with a description of the program's own (the diagnostics, the benchmark, the tests).
+Options parse_options(int argc, char** argv, const std::string& description, unsigned groups,
+                      const ProgramId& program = this_program());
+
+// The same, plus a program's own options (e.g. the diagnostics' --min-bytes), added to the same
+// parser before parsing so that --help lists them and their errors read like the others.
+using AddOptions = std::function<void(CLI::App& app, Options& options)>;
+Options parse_options(int argc, char** argv, const std::string& description, unsigned groups,
+                      const AddOptions& add_options, const ProgramId& program = this_program());
+
+// The program's own snapshot file, so that runs of different programs in one folder (step 2's
+// exercise and its solution, step 1 and step 2) never meet: "snapshot-step2-exercise.pt",
+// "snapshot-step2-solution.pt", "snapshot-step0.pt"; "snapshot.pt" outside a program target.
+std::string default_snapshot_path(const ProgramId& program);
+
+// --master-addr, --master-port and --init-method, for resolve_launch_env.
+ddp::LaunchOverrides launch_overrides(const Options& options);
+
+}  // namespace ddpw

@@ -1,0 +1,53 @@
+#include "course/run_main.h"
+
+#include <cstdio>
+#include <exception>
+
+#include "ddp/process.h"
+
+namespace ddpw {
+
+using namespace ddp;  // the library this scaffolding is built on
+namespace {
+
+// LibTorch's c10::Error appends a C++ backtrace to its message: a person needs the first lines.
+std::string without_backtrace(std::string what) {
+  for (const char* marker : {"\nException raised from", "\nFrame ", "\nframe #"}) {
+    auto pos = what.find(marker);
+    if (pos != std::string::npos) what.resize(pos);
+  }
+  while (!what.empty() && (what.back() == '\n' || what.back() == ' ')) what.pop_back();
+  return what;
+}
+
+std::string& error_prefix() {
+  static std::string prefix;
+  return prefix;
+}
+
+}  // namespace
+
+void set_error_prefix(const std::string& prefix) { error_prefix() = prefix; }
+
+int run_main(const std::function<int()>& body, const std::string& prefix) {
+  configure_process(ProcessSettings{});  // every setting: before the first tensor and thread
+  // Read when the error is printed: check_launch may have named the process by then.
+  auto who = [&] {
+    const std::string& name = error_prefix().empty() ? prefix : error_prefix();
+    return name.empty() ? name : name + " ";
+  };
+  try {
+    return body();
+  } catch (const Error& e) {
+    if (e.hint().empty())
+      std::fprintf(stderr, "%serror: %s\n", who().c_str(), e.what());
+    else
+      std::fprintf(stderr, "%serror: %s (fix: %s)\n", who().c_str(), e.what(), e.hint().c_str());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%serror: %s\n", who().c_str(), without_backtrace(e.what()).c_str());
+  }
+  std::fflush(stderr);
+  return kExitError;
+}
+
+}  // namespace ddpw

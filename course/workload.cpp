@@ -1,0 +1,119 @@
+#include "course/workload.h"
+
+#include <cmath>
+
+#include "course/idx.h"
+#include "ddp/adadelta.h"
+#include "ddp/error.h"
+#include "ddp/process_group.h"
+#include "ddp/sgd.h"
+#include "ddp/weights_io.h"
+
+namespace ddpw {
+
+using namespace ddp;  // the library this scaffolding is built on
+namespace {
+
+// Seeded weights, or --init-weights (a state_dict from Python) over them.
+template <typename M, typename... Args>
+std::function<std::shared_ptr<Model>(torch::Device)> seeded_model(uint64_t seed, std::string init_weights,
+                                                                  Args... args) {
+  return [=](torch::Device device) -> std::shared_ptr<Model> {
+    torch::manual_seed(seed);
+    auto model = std::make_shared<M>(args...);
+    model->to(device);
+    if (!init_weights.empty()) import_weights(init_weights, *model);
+    return model;
+  };
+}
+
+Workload synthetic(const Options& o) {
+  Workload w;
+  w.name = "synthetic";
+  w.train = make_synthetic_dataset(2048, 20, o.seed);
+  w.test = make_synthetic_dataset(512, 20, o.seed + 1000);  // same map, other samples
+  w.make_model = seeded_model<LinearRegressor>(o.seed, o.init_weights_path, int64_t{20});
+  const double lr = base_learning_rate(o);
+  w.make_optimizer = [lr](Model& m) {  // torch::optim::SGD, with multi-tensor kernels on a GPU
+    return std::make_unique<Sgd>(m.parameters(), torch::optim::SGDOptions(lr));
+  };
+  w.loss = [](const torch::Tensor& out, const torch::Tensor& target) { return torch::mse_loss(out, target); };
+  w.learning_rate = [lr](int64_t) { return lr; };
+  return w;
+}
+
+Workload images(const Options& o) {
+  Workload w;
+  w.name = o.dataset;
+  const bool fashion = o.dataset == "fashion-mnist";
+  const std::string dir = data_folder(o);
+  // Per-dataset normalisation (mean, std of the training images), as the seeds' transforms do.
+  const double mean = fashion ? 0.2860 : 0.1307, std = fashion ? 0.3530 : 0.3081;
+  w.train = load_idx_dataset(dir, Split::kTrain, mean, std);
+  w.test = load_idx_dataset(dir, Split::kTest, mean, std);
+  w.classification = true;
+  w.make_model = seeded_model<MnistCnn>(o.seed, o.init_weights_path);
+  const double lr = base_learning_rate(o), gamma = o.gamma;
+  w.make_optimizer = [lr](Model& m) { return std::make_unique<Adadelta>(m.parameters(), lr); };
+  w.loss = [](const torch::Tensor& out, const torch::Tensor& target) { return torch::nll_loss(out, target); };
+  w.learning_rate = [lr, gamma](int64_t epoch) { return lr * std::pow(gamma, static_cast<double>(epoch)); };
+  return w;
+}
+
+}  // namespace
+
+std::string data_folder(const Options& options) {
+  if (!options.data_dir.empty()) return options.data_dir;
+  return options.dataset == "fashion-mnist" ? "/usr/share/datasets/fashion-mnist" : "data/mnist";
+}
+
+double base_learning_rate(const Options& options) {
+  if (options.lr > 0) return options.lr;
+  return options.dataset == "synthetic" ? 1e-2 : 1.0;
+}
+
+Workload make_workload(const Options& options) {
+  if (options.dataset == "synthetic") return synthetic(options);
+  return images(options);
+}
+
+void set_learning_rate(torch::optim::Optimizer& optimizer, double lr) {
+  for (auto& group : optimizer.param_groups()) group.options().set_lr(lr);
+}
+
+EvalResult evaluate(Model& model, const Workload& workload, int64_t batch_size, torch::Device device, ProcessGroup* pg,
+                    int rank, int world_size) {
+  torch::NoGradGuard no_grad;
+  model.eval();
+  // On a GPU the test set stays there (Dataset::on) and the sums stay on the device until the
+  // end: one read per evaluation, not a blocking copy and two reads per batch.
+  const Dataset& test = workload.test.on(device);
+  const auto on_device = torch::TensorOptions().device(test.inputs.device());
+  // Every rank takes every world_size-th test sample (no padding: each sample counts once).
+  const auto shard = torch::arange(rank, workload.test.size(), world_size, on_device.dtype(torch::kInt64));
+  // Sum of (mean batch loss x batch size) in float64 and the count of correct answers: the same
+  // operations, in the same order, as summing the batches' values on the host.
+  auto loss_sum = torch::zeros({}, on_device.dtype(torch::kFloat64));
+  auto correct = torch::zeros({}, on_device.dtype(torch::kInt64));
+  for (int64_t start = 0; start < shard.size(0); start += batch_size) {
+    const auto idx = shard.narrow(0, start, std::min(batch_size, shard.size(0) - start));
+    const Batch b = test.gather(idx);
+    const auto out = model.forward(b.input);
+    loss_sum.add_(workload.loss(out, b.target).to(torch::kFloat64).mul_(static_cast<double>(idx.size(0))));
+    if (workload.classification) correct.add_(out.argmax(1).eq(b.target).sum());
+  }
+  model.train();
+  auto totals = torch::stack({loss_sum, correct.to(torch::kFloat64),
+                              torch::full({}, static_cast<double>(shard.size(0)), on_device.dtype(torch::kFloat64))});
+  if (pg) pg->allreduce_sum(totals, "evaluation (sum of test loss and accuracy over ranks)");
+  totals = totals.cpu();  // the one read
+  const auto* t = totals.data_ptr<double>();
+  EvalResult r;
+  r.samples = static_cast<int64_t>(t[2]);
+  const double samples = std::max<double>(1.0, static_cast<double>(r.samples));
+  r.loss = t[0] / samples;
+  r.accuracy = workload.classification ? t[1] / samples : 0.0;
+  return r;
+}
+
+}  // namespace ddpw
