@@ -134,6 +134,11 @@ check_wave() {
     JOB_STATE=$(job_field JobState) JOB_EXIT=$(job_field ExitCode) JOB_LOG=$(job_field StdOut)
     log=$JOB_LOG
     local what="job $id ($user: $script, $kind)"
+    # Its name says which programs it ran (squeue, sacct): the script's --job-name plus the kind.
+    local name want_name
+    name=$(job_field JobName)
+    want_name=$(sed -n 's/^#SBATCH --job-name=\([^ ]*\).*/\1/p' "$DDPW_ROOT/clusters/$script")-$kind
+    [ "$name" = "$want_name" ] || { show_log; fail "$what is called '$name', expected '$want_name'"; }
     [ -f "$log" ] || fail "$what: no log at $log"
     [ "$(stat -c %U "$log")" = "$user" ] || fail "$what: its log is not owned by $user"
     if grep -Eq 'claim rank|already in use|Resuming training' "$log"; then
