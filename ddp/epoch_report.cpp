@@ -124,7 +124,7 @@ void EpochReporter::end_training(Model& model) {
       throw Error("the ranks' final weights differ: the replicas went out of sync",
                   options_.program.kind == "exercise"
                       ? "check that the model is wrapped in DistributedDataParallel, so that backward() averages the "
-                        "gradients (TODO(step1))"
+                        "gradients: TODO(step1)"
                       : "this is a bug in gradient synchronisation; rerun with NCCL_DEBUG=INFO and report it");
   }
   // After the check, so that only weights every rank agrees on are exported.
