@@ -20,7 +20,8 @@
 The changed-line counts of check 1 are the one source for the pages that quote them:
   check_exercises.py ROOT --counts    prints "stepN K" per step (K: lines removed + added)
   check_exercises.py ROOT --docs      checks every "K changed lines" in stepN_*/README.md, and in
-                                      the rows of README.md that start with "| N ", against step N's K
+                                      the rows of README.md that start with "| N " or "| [N](...)",
+                                      against step N's K
 """
 import difflib
 import pathlib
@@ -170,7 +171,7 @@ def check_docs(root, counts):
         if not page.exists():
             continue
         for number, line in enumerate(page.read_text().splitlines(), 1):
-            row = re.match(r"\|\s*(\d+)\s", line)
+            row = re.match(r"\|\s*\[?(\d+)\b", line)  # "| 1 |" or a link "| [1](step1_.../README.md) |"
             n = step if step is not None else (int(row.group(1)) if row else None)
             if n is None:
                 continue

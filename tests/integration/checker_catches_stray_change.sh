@@ -95,5 +95,8 @@ fi
 grep -q "^README.md:4: says '$((count + 1)) changed lines' for step 1; tests/check_exercises.py counts $count" "$docs/out" ||
   { cat "$docs/out"; echo "FAIL (docs): wrong message"; exit 1; }
 echo "ok: docs: $(grep -m1 'says' "$docs/out")"
+printf '| [1](%s/README.md) | spawn | %s changed lines |\n' "$step" "$((count + 2))" >"$docs/README.md"   # a linked row
+python3 "$root/tests/check_exercises.py" "$docs" --docs >"$docs/out" 2>&1 && { cat "$docs/out"; echo "FAIL (docs): a wrong count in a linked row was accepted"; exit 1; }
+grep -q "^README.md:1: says '$((count + 2)) changed lines' for step 1" "$docs/out" || { cat "$docs/out"; echo "FAIL (docs): linked row"; exit 1; }
 
 echo "PASS: the checker rejects stray changes and wrong changed-line counts on the pages"
