@@ -95,7 +95,23 @@ cleanup() {
   exit "$rc"
 }
 
-# ---- Unix users made for a test (test-workshop.sh): listed in /run/ddpw-slurm-test.users from the
+# torch_share PROGRAM: the folders the learners' jobs need inside the nodes (DDPW_CLUSTER_SHARE,
+# colon-separated): the torch environment (torchrun, LibTorch) and the Python install its venv points
+# to, and PROGRAM's LibTorch folder, which may lie where only root may enter (/root, a mktemp -d
+# set-up home): cluster-up.sh opens the closed ones. Needs require_torchrun first.
+torch_share() {
+  local share=() path python inside s
+  python=$(readlink -f "$DDPW_TEST_TORCH_BIN/python3")
+  for path in "${DDPW_TEST_TORCH_BIN%/bin}" "${python%/bin/*}" $(readelf -d "$1" |
+                                              sed -nE 's/.*R(UN)?PATH.*\[(.*)\]/\2/p' | tr ':' ' '); do
+    inside=0
+    for s in ${share[@]+"${share[@]}"}; do case $path/ in "$s"/*) inside=1 ;; esac; done
+    [ $inside = 1 ] || [ ! -e "$path" ] || share+=("$path")
+  done
+  (IFS=:; echo "${share[*]}")
+}
+
+# ---- Unix users made for a test (test-workshop.sh, test-progress.sh): listed in /run/ddpw-slurm-test.users from the
 # moment they exist, removed (with their homes) when the test ends, whatever ends it, or by the next
 # test if a killed run could not.
 TEST_USERS_LIST=/run/ddpw-slurm-test.users
