@@ -109,7 +109,7 @@ note "all ${#users[@]} jobs ended within $((SECONDS - submitted)) s of their sub
 # Each check's verdict, as the learner's log shows it.
 for i in $(seq "$learners"); do
   user=${users[$((i - 1))]}
-  JOB_ID=${job_of[$user]} JOB_LOG=$(job_field StdOut) JOB_STATE=$(job_field JobState)
+  JOB_ID=${job_of[$user]} JOB_LOG=$(job_field StdOut) JOB_STATE=$(job_field JobState) JOB_EXIT=$(job_field ExitCode)
   expect_success   # the batch script runs the three checks whatever each one says
   for s in "${steps[@]}"; do
     n=${s%%_*}
