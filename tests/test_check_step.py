@@ -198,6 +198,19 @@ class CommandLine(unittest.TestCase):
         self.assertEqual(check_step.main(["9", "--no-build"]), 2)
         self.assertEqual(check_step.main(["1", "--no-build", "--progress", "/nonexistent/ddpw-progress"]), 2)
 
+    def test_gpu_needs_two_gpus(self):
+        # One GPU: one rank, as a program that starts no second rank: it would look done.
+        before = os.environ.get("CUDA_VISIBLE_DEVICES")
+        os.environ["CUDA_VISIBLE_DEVICES"] = "0"
+        try:
+            with self.assertRaisesRegex(check_step.CheckError, "needs 2 GPUs or more; 1 GPU visible"):
+                check_step.check(1, True, True, None)
+        finally:
+            if before is None:
+                del os.environ["CUDA_VISIBLE_DEVICES"]
+            else:
+                os.environ["CUDA_VISIBLE_DEVICES"] = before
+
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)
