@@ -25,7 +25,6 @@ case ${1:-} in
   "") ;;
   --first) phase=first ;;
   --rest) phase=rest ;;
-  --torch) phase=torch ;;  # torch only: --first runs it in the background while apt installs
   *) say "unknown argument '$1' (use --first, --rest, or nothing for everything)"; exit 2 ;;
 esac
 
@@ -41,21 +40,17 @@ REST_PACKAGES=(libgtest-dev dataset-fashion-mnist
 case $phase in
   first) PACKAGES=("${FIRST_PACKAGES[@]}") ;;
   rest) PACKAGES=("${REST_PACKAGES[@]}") ;;
-  torch) PACKAGES=() ;;
   *) PACKAGES=("${FIRST_PACKAGES[@]}" "${REST_PACKAGES[@]}") ;;
 esac
 
 missing_packages() {
   local p
-  for p in ${PACKAGES[@]+"${PACKAGES[@]}"}; do
+  for p in "${PACKAGES[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || echo "$p"
   done
 }
 
-torch_pid=""
-if [ "$phase" = torch ]; then
-  :
-elif [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then
+if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then
   mapfile -t missing < <(missing_packages)
   if [ "${#missing[@]}" -gt 0 ]; then
     say "installing Debian packages: ${missing[*]}"
@@ -63,14 +58,6 @@ elif [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then
     # The package lists once per set-up: --rest skips the update --first made an hour ago or less.
     if [ "$phase" != rest ] || [ -z "$(find /var/lib/apt/lists -maxdepth 1 -name '*Packages*' -mmin -60 2>/dev/null)" ]; then
       apt-get -o DPkg::Lock::Timeout=900 update -qq
-    fi
-    if [ "$phase" = first ]; then
-      # torch's download (gigabytes) need not wait for the toolchain: Python first, then torch in
-      # the background while apt installs the rest (a cached torch returns at once).
-      apt-get -o DPkg::Lock::Timeout=900 install -y -qq --no-install-recommends python3 python3-venv >/dev/null
-      torch_log=$(mktemp /tmp/ddpw-setup-torch.XXXXXX)
-      "${BASH_SOURCE[0]}" --torch >"$torch_log" 2>&1 &
-      torch_pid=$!
     fi
     apt-get -o DPkg::Lock::Timeout=900 install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
   else
@@ -86,14 +73,6 @@ else
 fi
 
 [ "$phase" != rest ] || exit 0   # torch came with --first
-if [ -n "$torch_pid" ]; then
-  torch_rc=0
-  wait "$torch_pid" || torch_rc=$?
-  cat "$torch_log"
-  rm -f "$torch_log"
-  [ "$torch_rc" = 0 ] || exit "$torch_rc"
-  exit 0
-fi
 
 # LibTorch. An explicit one (a libtorch archive or a module via CMAKE_PREFIX_PATH/Torch_DIR) or a
 # python3 with torch on PATH wins; otherwise the torch wheel, cached in $VENV.
