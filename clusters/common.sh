@@ -109,17 +109,24 @@ ddpw_default_snapshot() {
 # becomes ddpw-hpg-step2-solution or ddpw-hpg-step2-exercise, so that squeue and sacct tell a
 # learner's own exercise from the solution. Renamed at the job's start, since only then is it known
 # (sbatch is run plainly; DDPW_PROGRAMS decides). Slurm expands %x in --output with the current
-# name, so the scripts that rename name their log literally. Never fails the job.
+# name: the scripts name their log literally, and a job whose log is named after %x (its log would
+# seem to move) gets its old name back. Never fails the job.
 ddpw_name_job() {
   case $DDPW_KIND in solution | exercise) ;; *) return 0 ;; esac
-  local name
+  local name log
   name="$(ddpw_job_base_name)-$DDPW_KIND"
   [ "${SLURM_JOB_NAME:-}" = "$name" ] && return 0
-  if scontrol update JobId="$SLURM_JOB_ID" JobName="$name" >/dev/null 2>&1; then
-    echo "# job name $name (was ${SLURM_JOB_NAME:-?})"
-  else
+  if ! scontrol update JobId="$SLURM_JOB_ID" JobName="$name" >/dev/null 2>&1; then
     echo "# note: could not rename the job to $name (scontrol update refused): its name stays ${SLURM_JOB_NAME:-?}"
+    return 0
   fi
+  log=$(scontrol show job -o "$SLURM_JOB_ID" 2>/dev/null | tr ' ' '\n' | sed -n 's/^StdOut=//p' || true)
+  if [ -n "$log" ] && [ ! -e "$log" ]; then
+    scontrol update JobId="$SLURM_JOB_ID" JobName="$SLURM_JOB_NAME" >/dev/null 2>&1 || true
+    echo "# note: the job keeps its name ${SLURM_JOB_NAME:-?}: its log is named after it (--output=%x...); name the log literally for $name"
+    return 0
+  fi
+  echo "# job name $name (was ${SLURM_JOB_NAME:-?})"
 }
 
 # ddpw_args DEFAULT... -- "$@": sets DDPW_ARGV to the script's arguments, else the words of

@@ -28,6 +28,11 @@ DDPW_PROGRAMS=$mine submit della step2.sbatch 2 1
 expect_success
 expect_lines 1 "^# programs $mine\$"
 expect_job_name ddpw-della-step2   # programs of another folder: no kind added
+# A log named after the job (%x): renamed, Slurm would point at a log that is not there, so the job
+# keeps its name and says why.
+SBATCH_OPTS="--output=%x.%j.out" submit della step2.sbatch 2 1
+expect_success; expect_job_name ddpw-della-step2
+expect_lines 1 "^# note: the job keeps its name ddpw-della-step2: its log is named after it"
 expect_lines 1 "Epoch 1 \| train loss"
 DDPW_PROGRAMS=$TEST_DIR/no-such-folder submit della step2.sbatch 2 1
 expect_failure "no-such-folder not found: build first, or set DDPW_PROGRAMS"
