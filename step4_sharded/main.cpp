@@ -11,12 +11,12 @@
 #include "ddp/hostlist.h"        // defines: expand_hostlist (Slurm's node lists)
 #include "ddp/launch_env.h"      // defines: LaunchValues, check_launch (who am I), job_port
 #include "ddp/options.h"         // defines: Options, parse_options
-#include "ddp/process_group.h"   // defines: ProcessGroup
+#include "ddp/process_group.h"   // defines: ProcessGroup, init_process_group, process_group_options
 #include "ddp/run_report.h"      // defines: print_settings, print_rank_table
 #include "ddp/stop_agreement.h"  // defines: StopAgreement (all ranks stop at one step on SIGTERM/SIGUSR1)
 #include "ddp/workload.h"        // defines: Workload (data, model, optimizer, loss)
 // TODO(step4): ZeRO's model wrapper, optimizer and snapshots instead of DDP's (start at ddp/zero_data_parallel.h).
-#include "ddp/distributed_data_parallel.h"  // defines: DistributedDataParallel
+#include "ddp/distributed_data_parallel.h"  // defines: DistributedDataParallel, ddp_options
 #include "ddp/snapshot.h"                   // defines: save_snapshot, load_snapshot
 
 class Trainer {
@@ -132,7 +132,7 @@ int worker(const ddp::Options& opt) {
   const ddp::LaunchEnv launch = ddp::check_launch(me, opt);
   const torch::Device device = ddp::choose_device(opt.device, launch.local_rank);
   const int threads = ddp::configure_compute(opt, launch);
-  // TODO(step1): join the process group (Gloo on CPU, NCCL on GPUs), after the device is chosen.
+  // TODO(step1): join the process group (Gloo or NCCL), after choosing the device. Hint: ddp::init_process_group.
   auto pg = ddp::init_process_group(launch, device, ddp::process_group_options(opt));
 
   ddp::print_settings(opt, launch, device, threads, launch.global_rank);
