@@ -38,6 +38,7 @@ ddpw_setup() {
   DDPW_PROGRAMS=${DDPW_PROGRAMS:-$DDPW_BIN/solutions}
   [ -d "$DDPW_BIN" ] || ddpw_die "$DDPW_BIN not found: build first (see clusters/$site/README.md) or set DDPW_BIN"
   [ -d "$DDPW_PROGRAMS" ] || ddpw_die "$DDPW_PROGRAMS not found: build first, or set DDPW_PROGRAMS (the folder of the step programs)"
+  DDPW_KIND=$(ddpw_programs_kind)
   DDPW_SNAPSHOT=${DDPW_SNAPSHOT:-$(ddpw_default_snapshot)}
   mkdir -p "$(dirname "$DDPW_SNAPSHOT")"
   # --device cuda, not auto: on a node whose driver is too old for the build, auto would train on
@@ -80,19 +81,56 @@ ddpw_setup() {
   echo "# snapshot $DDPW_SNAPSHOT"
 }
 
+# Which programs the job runs: solution (the default), exercise (DDPW_PROGRAMS=$PWD/build/bin, the
+# learner's own), or programs-<cksum> for another folder.
+ddpw_programs_kind() {
+  local programs bin
+  programs=$(cd "$DDPW_PROGRAMS" && pwd -P)
+  bin=$(cd "$DDPW_BIN" && pwd -P)
+  case $programs in
+    "$bin/solutions") echo solution ;;
+    "$bin") echo exercise ;;
+    *) echo "programs-$(printf '%s' "$programs" | cksum | cut -d' ' -f1)" ;;  # another folder: its own file
+  esac
+}
+
+# The job's name as submitted (#SBATCH --job-name), without the kind ddpw_name_job adds: a requeued
+# job starts again under the name it was given.
+ddpw_job_base_name() {
+  local name=${SLURM_JOB_NAME:-ddpw}
+  name=${name%-solution}
+  echo "${name%-exercise}"
+}
+
 # snapshots/<job name>.<solution|exercise>[.<array task>].pt in the submit folder: the learner's
 # exercise (DDPW_PROGRAMS=$PWD/build/bin) never resumes the solution's snapshot, nor the other way
 # round, and the tasks of a job array (one job name) do not share one file.
 ddpw_default_snapshot() {
-  local programs bin kind
-  programs=$(cd "$DDPW_PROGRAMS" && pwd -P)
-  bin=$(cd "$DDPW_BIN" && pwd -P)
-  case $programs in
-    "$bin/solutions") kind=solution ;;
-    "$bin") kind=exercise ;;
-    *) kind=programs-$(printf '%s' "$programs" | cksum | cut -d' ' -f1) ;;  # another folder: its own file
-  esac
-  echo "$SLURM_SUBMIT_DIR/snapshots/$SLURM_JOB_NAME.$kind${SLURM_ARRAY_TASK_ID:+.$SLURM_ARRAY_TASK_ID}.pt"
+  echo "$SLURM_SUBMIT_DIR/snapshots/$(ddpw_job_base_name).$DDPW_KIND${SLURM_ARRAY_TASK_ID:+.$SLURM_ARRAY_TASK_ID}.pt"
+}
+
+# A job that runs a step program (from DDPW_PROGRAMS) says in its name which kind: ddpw-hpg-step2
+# becomes ddpw-hpg-step2-solution or ddpw-hpg-step2-exercise, so that squeue and sacct tell a
+# learner's own exercise from the solution. Renamed at the job's start, since only then is it known
+# (sbatch is run plainly; DDPW_PROGRAMS decides). Slurm expands %x in --output with the current
+# name: the scripts name their log literally, and a job whose log is named after %x (its log would
+# seem to move) gets its old name back. Never fails the job.
+ddpw_name_job() {
+  case $DDPW_KIND in solution | exercise) ;; *) return 0 ;; esac
+  local name log
+  name="$(ddpw_job_base_name)-$DDPW_KIND"
+  [ "${SLURM_JOB_NAME:-}" = "$name" ] && return 0
+  if ! scontrol update JobId="$SLURM_JOB_ID" JobName="$name" >/dev/null 2>&1; then
+    echo "# note: could not rename the job to $name (scontrol update refused): its name stays ${SLURM_JOB_NAME:-?}"
+    return 0
+  fi
+  log=$(scontrol show job -o "$SLURM_JOB_ID" 2>/dev/null | tr ' ' '\n' | sed -n 's/^StdOut=//p' || true)
+  if [ -n "$log" ] && [ ! -e "$log" ]; then
+    scontrol update JobId="$SLURM_JOB_ID" JobName="$SLURM_JOB_NAME" >/dev/null 2>&1 || true
+    echo "# note: the job keeps its name ${SLURM_JOB_NAME:-?}: its log is named after it (--output=%x...); name the log literally for $name"
+    return 0
+  fi
+  echo "# job name $name (was ${SLURM_JOB_NAME:-?})"
 }
 
 # ddpw_args DEFAULT... -- "$@": sets DDPW_ARGV to the script's arguments, else the words of
@@ -119,6 +157,7 @@ ddpw_args() {
 # OPTIONS (snapshot, data), the job's arguments (ddpw_args), then DDPW_EXTRA_ARGS.
 ddpw_program() {
   local program=${1:?ddpw_program PROGRAM [OPTIONS...]}; shift
+  case $program in "$DDPW_PROGRAMS"/*) ddpw_name_job ;; esac  # a step program: the job's name says which kind
   # ${a[@]+"${a[@]}"}: an empty array under `set -u` is an error in bash < 4.4.
   # shellcheck disable=SC2034  # the scripts run "${DDPW_CMD[@]}"
   DDPW_CMD=("$program" "${DDPW_DEFAULTS[@]}" "$@" ${DDPW_ARGV[@]+"${DDPW_ARGV[@]}"} ${DDPW_EXTRA[@]+"${DDPW_EXTRA[@]}"})

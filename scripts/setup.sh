@@ -3,6 +3,12 @@
 # README commands). As root on Debian it installs packages; elsewhere (a cluster login node with
 # modules loaded) it installs nothing and reports what it found.
 #
+#   scripts/setup.sh            everything (scripts/test)
+#   scripts/setup.sh --first    what the build and step 0 need: toolchain, CLI11, nlohmann-json,
+#                               Gloo's headers, torch (scripts/course, before step 0)
+#   scripts/setup.sh --rest     the rest: GoogleTest, Fashion-MNIST, Slurm, munge, OpenMPI, the
+#                               linters (scripts/course, once step 0 has printed its first lines)
+#
 #   DDPW_HOME      where the torch wheel is cached (default ~/.cache/ddp-workshop), outside the
 #                  clone, so a fresh clone (CI) does not download gigabytes again
 #   DDPW_TORCH     the torch version to install (default 2.11.0: CUDA 13.0, like nvcc here)
@@ -19,13 +25,28 @@ VENV=$DDPW_HOME/venv
 
 say() { printf 'setup: %s\n' "$*"; }
 
-# Debian packages: toolchain, test/CLI/JSON libraries, Gloo's headers (c10d's Gloo header includes them and
-# no LibTorch ships them), the dataset, the launchers of the course, and the guard rails' linters
-# (the tests lint.format and lint.shellcheck), and Lmod (the sites' env.sh under a module system: tests).
-PACKAGES=(build-essential cmake ninja-build git python3 python3-venv zlib1g-dev
-          libgtest-dev libcli11-dev nlohmann-json3-dev libgloo-dev dataset-fashion-mnist
-          slurm-wlm munge openmpi-bin libopenmpi-dev libpmix-dev iproute2 util-linux procps
-          clang-format shellcheck lmod)
+phase=all
+case ${1:-} in
+  "") ;;
+  --first) phase=first ;;
+  --rest) phase=rest ;;
+  *) say "unknown argument '$1' (use --first, --rest, or nothing for everything)"; exit 2 ;;
+esac
+
+# Debian packages, first what the build and step 0 need: the toolchain, the CLI/JSON libraries and
+# Gloo's headers (c10d's Gloo header includes them and no LibTorch ships them); then the test
+# library, the dataset, the launchers of the course, and the guard rails' linters (the tests
+# lint.format and lint.shellcheck), and Lmod (the sites' env.sh under a module system: tests).
+FIRST_PACKAGES=(build-essential cmake ninja-build git python3 python3-venv zlib1g-dev
+                libcli11-dev nlohmann-json3-dev libgloo-dev)
+REST_PACKAGES=(libgtest-dev dataset-fashion-mnist
+               slurm-wlm munge openmpi-bin libopenmpi-dev libpmix-dev iproute2 util-linux procps
+               clang-format shellcheck lmod)
+case $phase in
+  first) PACKAGES=("${FIRST_PACKAGES[@]}") ;;
+  rest) PACKAGES=("${REST_PACKAGES[@]}") ;;
+  *) PACKAGES=("${FIRST_PACKAGES[@]}" "${REST_PACKAGES[@]}") ;;
+esac
 
 missing_packages() {
   local p
@@ -39,7 +60,10 @@ if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then
   if [ "${#missing[@]}" -gt 0 ]; then
     say "installing Debian packages: ${missing[*]}"
     export DEBIAN_FRONTEND=noninteractive
-    apt-get -o DPkg::Lock::Timeout=900 update -qq
+    # The package lists once per set-up: --rest skips the update --first made an hour ago or less.
+    if [ "$phase" != rest ] || [ -z "$(find /var/lib/apt/lists -maxdepth 1 -name '*Packages*' -mmin -60 2>/dev/null)" ]; then
+      apt-get -o DPkg::Lock::Timeout=900 update -qq
+    fi
     apt-get -o DPkg::Lock::Timeout=900 install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
   else
     say "Debian packages: all present"
@@ -50,8 +74,10 @@ else
     printf 'setup:   %-7s %s\n' "$tool" "$(command -v "$tool" || echo 'not found')"
   done
   say "CLI11 and Gloo's headers need no root: the configure fetches CLI11 if it is missing, and"
-  say "without Gloo's headers builds for GPUs only (NCCL), as its summary says (README: Building by hand)"
+  say "without Gloo's headers builds for GPUs only (NCCL), as its summary says (docs/building.md)"
 fi
+
+[ "$phase" != rest ] || exit 0   # torch came with --first
 
 # LibTorch. An explicit one (a libtorch archive or a module via CMAKE_PREFIX_PATH/Torch_DIR) or a
 # python3 with torch on PATH wins; otherwise the torch wheel, cached in $VENV. DDPW_TORCH_CUDA asks

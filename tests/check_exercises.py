@@ -16,6 +16,12 @@
    is that the program of steps 0-4 (launcher, device, wrapper, epoch loop, snapshots) moved into
    the library's ddpw::Trainer, so its program is a new one of a screen. Checked instead: exercise
    and solution fit a screen (at most SCREEN_LINES lines) and hold no loop of their own.
+
+The changed-line counts of check 1 are the one source for the pages that quote them:
+  check_exercises.py ROOT --counts    prints "stepN K" per step (K: lines removed + added)
+  check_exercises.py ROOT --docs      checks every "K changed lines" in stepN_*/README.md, and in
+                                      the rows of README.md that start with "| N " or "| [N](...)",
+                                      against step N's K
 """
 import difflib
 import pathlib
@@ -54,6 +60,14 @@ def diff_u_lines(exercise_path, solution_path, exercise, solution):
                              capture_output=True, text=True, check=False).stdout
         return len(out.splitlines())
     return len(list(difflib.unified_diff(exercise, solution, lineterm="")))
+
+
+def changed_lines(root, folder):
+    """Lines removed + added between exercise and solution (what a learner writes)."""
+    exercise = (root / folder / "main.cpp").read_text().splitlines()
+    solution = (root / "solutions" / folder / "main.cpp").read_text().splitlines()
+    matcher = difflib.SequenceMatcher(a=exercise, b=solution, autojunk=False)
+    return sum((a1 - a0) + (b1 - b0) for tag, a0, a1, b0, b1 in matcher.get_opcodes() if tag != "equal")
 
 
 def check(root, folder):
@@ -145,12 +159,56 @@ def check_screen_program(root, folder):
     return problems
 
 
+COUNT_PHRASE = re.compile(r"\b(\d+) changed lines\b")
+
+
+def check_docs(root, counts):
+    """Every "K changed lines" on a step's page, and in README.md's rows "| N ...", is step N's K."""
+    problems, seen = [], 0
+    pages = [(int(re.match(r"step(\d+)", p.parent.name).group(1)), p) for p in sorted(root.glob("step*_*/README.md"))]
+    pages.append((None, root / "README.md"))
+    for step, page in pages:
+        if not page.exists():
+            continue
+        for number, line in enumerate(page.read_text().splitlines(), 1):
+            row = re.match(r"\|\s*\[?(\d+)\b", line)  # "| 1 |" or a link "| [1](step1_.../README.md) |"
+            n = step if step is not None else (int(row.group(1)) if row else None)
+            if n is None:
+                continue
+            for match in COUNT_PHRASE.finditer(line):
+                seen += 1
+                want = counts.get(n)
+                rel = page.relative_to(root)
+                if want is None:
+                    problems.append(f"{rel}:{number}: '{match.group(0)}' for step {n}, which has no solution to count against")
+                elif int(match.group(1)) != want:
+                    problems.append(f"{rel}:{number}: says '{match.group(0)}' for step {n}; "
+                                    f"tests/check_exercises.py counts {want} (fix: write '{want} changed lines')")
+    print(f"{seen} mentions of 'K changed lines' checked: {'ok' if not problems else 'FAILED'}")
+    return problems
+
+
 def main():
-    root = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else pathlib.Path(__file__).resolve().parent.parent)
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    modes = [a for a in sys.argv[1:] if a.startswith("--")]
+    unknown = [m for m in modes if m not in ("--counts", "--docs")]
+    if unknown:
+        print(f"unknown option {unknown[0]} (use --counts or --docs)")
+        return 2
+    root = pathlib.Path(args[0] if args else pathlib.Path(__file__).resolve().parent.parent)
     folders = sorted(p.parent.name for p in (root / "solutions").glob("step*/main.cpp"))
     if not folders:
-        print("no solutions found")
+        print(f"no solutions found in {root / 'solutions'}: the counts need them")
         return 1
+    if modes:
+        counts = {int(re.match(r"step(\d+)", f).group(1)): changed_lines(root, f) for f in folders}
+        if "--counts" in modes:
+            for n, k in sorted(counts.items()):
+                print(f"step{n} {k}")
+        problems = check_docs(root, counts) if "--docs" in modes else []
+        for p in problems:
+            print(p)
+        return 1 if problems else 0
     problems = [p for f in folders for p in check(root, f)]
     # The chain: step 0 (the starting program) -> exercise 1, solution 1 -> exercise 2, ...
     all_steps = sorted(p.parent.name for p in root.glob("step*/main.cpp"))

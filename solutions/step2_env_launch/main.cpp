@@ -18,7 +18,7 @@
 #include "ddp/data.h"                       // defines: DistributedSampler (the data order), Loader (batches)
 #include "ddp/device.h"                     // defines: choose_device, workers_per_node
 #include "ddp/distributed_data_parallel.h"  // defines: DistributedDataParallel
-#include "ddp/process_group.h"              // defines: ProcessGroup
+#include "ddp/process_group.h"              // defines: ProcessGroup, init_process_group
 // TODO(step2): the launcher starts the processes: no spawn any more.
 #include "course/workload.h"     // defines: Workload (data, model, optimizer, loss)
 #include "ddp/stop_agreement.h"  // defines: StopAgreement (all ranks stop at one step on SIGTERM/SIGUSR1)
@@ -32,7 +32,7 @@ class Trainer {
         workload_(ddpw::make_workload(opt)),
         // TODO(step1): give each rank its own shard of every epoch's shuffle (as DistributedSampler).
         sampler_(workload_.train.size(), launch.world_size, launch.global_rank, opt.seed),
-        // TODO(step1): wrap the model: rank 0's weights are broadcast, backward() averages gradients.
+        // TODO(step1): wrap the model to average gradients. Hint: ddp::DistributedDataParallel, ddpw::ddp_options.
         model_(workload_.make_model(device), pg, ddpw::ddp_options(opt)),
 
         loader_(workload_.train, sampler_, opt.batch_size, device),
@@ -128,7 +128,7 @@ int worker(const ddpw::Options& opt) {
   const ddp::LaunchEnv launch = ddpw::check_launch(me, opt);
   const torch::Device device = ddp::choose_device(opt.device, launch.local_rank);
   const int threads = ddpw::configure_compute(opt, launch);
-  // TODO(step1): join the process group (Gloo on CPU, NCCL on GPUs), after the device is chosen.
+  // TODO(step1): join the process group (Gloo or NCCL), after choosing the device. Hint: ddp::init_process_group.
   auto pg = ddp::init_process_group(launch, device, ddpw::process_group_options(opt));
 
   ddpw::print_settings(opt, launch, device, threads, launch.global_rank);

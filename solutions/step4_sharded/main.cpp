@@ -132,7 +132,7 @@ int worker(const ddpw::Options& opt) {
   const ddp::LaunchEnv launch = ddpw::check_launch(me, opt);
   const torch::Device device = ddp::choose_device(opt.device, launch.local_rank);
   const int threads = ddpw::configure_compute(opt, launch);
-  // TODO(step1): join the process group (Gloo on CPU, NCCL on GPUs), after the device is chosen.
+  // TODO(step1): join the process group (Gloo or NCCL), after choosing the device. Hint: ddp::init_process_group.
   auto pg = ddp::init_process_group(launch, device, ddpw::process_group_options(opt));
 
   ddpw::print_settings(opt, launch, device, threads, launch.global_rank);

@@ -76,4 +76,27 @@ grep -q 'step2_env_launch/main.cpp:[0-9]*: differs from solutions/step1_multigpu
   { cat "$chain/out"; echo "FAIL (one_copy_only): wrong message"; exit 1; }
 echo "ok: one_copy_only: $(grep -m1 'differs from' "$chain/out")"
 
-echo "PASS: the checker rejects stray changes"
+# 6. The pages quote each step's count (--docs): a wrong "K changed lines" on a step's page or in a
+#    README.md row "| N ..." is named with the right count; right ones pass; other rows are ignored.
+docs=$tmp/docs
+mkdir -p "$docs/solutions/$step" "$docs/$step"
+cp "$exercise" "$docs/$step/main.cpp"
+cp "$solution" "$docs/solutions/$step/main.cpp"
+count=$(python3 "$root/tests/check_exercises.py" "$docs" --counts | sed -n 's/^step1 //p')
+[[ $count =~ ^[0-9]+$ ]] || { echo "FAIL (docs): --counts printed no count for step 1"; exit 1; }
+printf 'You write %s changed lines.\n' "$count" >"$docs/$step/README.md"
+printf '| 1 | spawn | %s changed lines |\n| all steps | 99 changed lines |\nin all 99 changed lines\n' "$count" >"$docs/README.md"
+python3 "$root/tests/check_exercises.py" "$docs" --docs >"$docs/out" 2>&1 ||
+  { cat "$docs/out"; echo "FAIL (docs): right counts were rejected"; exit 1; }
+printf '| 1 | spawn | %s changed lines |\n' "$((count + 1))" >>"$docs/README.md"
+if python3 "$root/tests/check_exercises.py" "$docs" --docs >"$docs/out" 2>&1; then
+  cat "$docs/out"; echo "FAIL (docs): a wrong count in a README.md row was accepted"; exit 1
+fi
+grep -q "^README.md:4: says '$((count + 1)) changed lines' for step 1; tests/check_exercises.py counts $count" "$docs/out" ||
+  { cat "$docs/out"; echo "FAIL (docs): wrong message"; exit 1; }
+echo "ok: docs: $(grep -m1 'says' "$docs/out")"
+printf '| [1](%s/README.md) | spawn | %s changed lines |\n' "$step" "$((count + 2))" >"$docs/README.md"   # a linked row
+python3 "$root/tests/check_exercises.py" "$docs" --docs >"$docs/out" 2>&1 && { cat "$docs/out"; echo "FAIL (docs): a wrong count in a linked row was accepted"; exit 1; }
+grep -q "^README.md:1: says '$((count + 2)) changed lines' for step 1" "$docs/out" || { cat "$docs/out"; echo "FAIL (docs): linked row"; exit 1; }
+
+echo "PASS: the checker rejects stray changes and wrong changed-line counts on the pages"

@@ -95,7 +95,23 @@ cleanup() {
   exit "$rc"
 }
 
-# ---- Unix users made for a test (test-workshop.sh): listed in /run/ddpw-slurm-test.users from the
+# torch_share PROGRAM: the folders the learners' jobs need inside the nodes (DDPW_CLUSTER_SHARE,
+# colon-separated): the torch environment (torchrun, LibTorch) and the Python install its venv points
+# to, and PROGRAM's LibTorch folder, which may lie where only root may enter (/root, a mktemp -d
+# set-up home): cluster-up.sh opens the closed ones. Needs require_torchrun first.
+torch_share() {
+  local share=() path python inside s
+  python=$(readlink -f "$DDPW_TEST_TORCH_BIN/python3")
+  for path in "${DDPW_TEST_TORCH_BIN%/bin}" "${python%/bin/*}" $(readelf -d "$1" |
+                                              sed -nE 's/.*R(UN)?PATH.*\[(.*)\]/\2/p' | tr ':' ' '); do
+    inside=0
+    for s in ${share[@]+"${share[@]}"}; do case $path/ in "$s"/*) inside=1 ;; esac; done
+    [ $inside = 1 ] || [ ! -e "$path" ] || share+=("$path")
+  done
+  (IFS=:; echo "${share[*]}")
+}
+
+# ---- Unix users made for a test (test-workshop.sh, test-progress.sh): listed in /run/ddpw-slurm-test.users from the
 # moment they exist, removed (with their homes) when the test ends, whatever ends it, or by the next
 # test if a killed run could not.
 TEST_USERS_LIST=/run/ddpw-slurm-test.users
@@ -199,12 +215,22 @@ expect_lines() {
 expect_nodes() {  # the job ran on exactly these nodes, e.g. "node[1-2]"
   [ "$JOB_NODES" = "$1" ] || { show_log; fail "job $JOB_ID ran on $JOB_NODES, expected $1"; }
 }
+# The job's name as its script gave it: a job that runs step programs adds -solution or -exercise
+# at its start (clusters/common.sh, ddpw_name_job), its snapshot keeps this one.
+job_base_name() { local name; name=$(job_field JobName); name=${name%-solution}; echo "${name%-exercise}"; }
+
+# expect_job_name NAME: the job is (now) called NAME, as squeue and sacct show it.
+expect_job_name() {
+  local name; name=$(job_field JobName)
+  [ "$name" = "$1" ] || { show_log; fail "job $JOB_ID is called '$name', expected '$1'"; }
+}
+
 # expect_one_snapshot [KIND]: the run folder holds exactly one snapshot file, the scripts' default
 # for the job and KIND (solution: the default programs; exercise: DDPW_PROGRAMS=build/bin), and
 # nothing half-written.
 expect_one_snapshot() {
   local files want
-  want="snapshots/$(job_field JobName).${1:-solution}.pt"
+  want="snapshots/$(job_base_name).${1:-solution}.pt"
   files=$(find "$RUN_DIR/snapshots" -type f -printf 'snapshots/%P ' 2>/dev/null | sort || true)
   [ "$files" = "$want " ] || { show_log; fail "job $JOB_ID: snapshot files '${files% }', expected exactly $want"; }
 }
@@ -214,7 +240,7 @@ expect_one_snapshot() {
 # GENERATION; no older generation is left, nothing half-written.
 expect_sharded_snapshot() {
   local ranks=$1 generation=$2 manifest files want r
-  manifest="snapshots/$(job_field JobName).${3:-solution}.pt"
+  manifest="snapshots/$(job_base_name).${3:-solution}.pt"
   want="$manifest "
   for ((r = 0; r < ranks; r++)); do want+="$manifest.g$generation.rank$r-of-$ranks "; done
   files=$(cd "$RUN_DIR" && find snapshots -type f 2>/dev/null | sort | tr '\n' ' ' || true)

@@ -27,6 +27,12 @@ mkdir -p "$mine" && ln -sf "$DDPW_BIN/solutions/step2_env_launch" "$mine/step2_e
 DDPW_PROGRAMS=$mine submit della step2.sbatch 2 1
 expect_success
 expect_lines 1 "^# programs $mine\$"
+expect_job_name ddpw-della-step2   # programs of another folder: no kind added
+# A log named after the job (%x): renamed, Slurm would point at a log that is not there, so the job
+# keeps its name and says why.
+SBATCH_OPTS="--output=%x.%j.out" submit della step2.sbatch 2 1
+expect_success; expect_job_name ddpw-della-step2
+expect_lines 1 "^# note: the job keeps its name ddpw-della-step2: its log is named after it"
 expect_lines 1 "Epoch 1 \| train loss"
 DDPW_PROGRAMS=$TEST_DIR/no-such-folder submit della step2.sbatch 2 1
 expect_failure "no-such-folder not found: build first, or set DDPW_PROGRAMS"
@@ -34,10 +40,11 @@ expect_failure "no-such-folder not found: build first, or set DDPW_PROGRAMS"
 # The solution, then the learner's exercise, in one folder (main: the exercise resumed the
 # solution's snapshot, trained nothing and printed the solution's checksum).
 SUBMIT_DIR=$TEST_DIR/runs/learner submit della step1.sbatch 2 1
-expect_success; expect_one_snapshot solution
+expect_success; expect_one_snapshot solution; expect_job_name ddpw-della-step1-solution
 solution_sum=$(sha256sum "$RUN_DIR/snapshots/ddpw-della-step1.solution.pt")
 SUBMIT_DIR=$TEST_DIR/runs/learner DDPW_PROGRAMS=$DDPW_BIN submit della step1.sbatch 2 1
 expect_success   # the step 1 exercise trains alone (its TODOs start the workers)
+expect_job_name ddpw-della-step1-exercise   # squeue and sacct tell it from the solution's job
 expect_lines 0 "Resuming training"
 expect_lines 1 "^# snapshot $RUN_DIR/snapshots/ddpw-della-step1.exercise.pt\$"
 [ -s "$RUN_DIR/snapshots/ddpw-della-step1.exercise.pt" ] || fail "the exercise wrote no snapshot of its own"

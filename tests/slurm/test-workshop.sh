@@ -27,19 +27,9 @@ prefix=${DDPW_WORKSHOP_USER_PREFIX:-ddpwl}
 job_bound=${DDPW_WORKSHOP_JOB_BOUND:-200}   # seconds from submission to the end of a job
 started=$SECONDS
 
-# Inside the nodes the learners' jobs need the torch environment (torchrun, LibTorch), which may
-# lie in a folder only root may enter (/root, a mktemp -d set-up home): share it, the Python install
-# its venv points to, and the programs' LibTorch folder (cluster-up.sh opens the closed ones).
-share=()
-python=$(readlink -f "$DDPW_TEST_TORCH_BIN/python3")
-for path in "${DDPW_TEST_TORCH_BIN%/bin}" "${python%/bin/*}" $(readelf -d "$DDPW_BIN/solutions/step2_env_launch" |
-                                             sed -nE 's/.*R(UN)?PATH.*\[(.*)\]/\2/p' | tr ':' ' '); do
-  inside=0
-  for s in "${share[@]}"; do case $path/ in "$s"/*) inside=1 ;; esac; done
-  [ $inside = 1 ] || [ ! -e "$path" ] || share+=("$path")
-done
+# Inside the nodes the learners' jobs need the torch environment (torchrun, LibTorch): lib.sh's torch_share.
 export DDPW_CLUSTER_GPUS=32 DDPW_CLUSTER_USERS=1
-DDPW_CLUSTER_SHARE=$(IFS=:; echo "${share[*]}")
+DDPW_CLUSTER_SHARE=$(torch_share "$DDPW_BIN/solutions/step2_env_launch")
 export DDPW_CLUSTER_SHARE
 start_cluster netns 2
 chmod 0711 "$TEST_DIR"   # the learners reach their homes and the cluster's config, nothing else
@@ -135,6 +125,11 @@ check_wave() {
     JOB_STATE=$(job_field JobState) JOB_EXIT=$(job_field ExitCode) JOB_LOG=$(job_field StdOut)
     log=$JOB_LOG
     local what="job $id ($user: $script, $kind)"
+    # Its name says which programs it ran (squeue, sacct): the script's --job-name plus the kind.
+    local name want_name
+    name=$(job_field JobName)
+    want_name=$(sed -n 's/^#SBATCH --job-name=\([^ ]*\).*/\1/p' "$DDPW_ROOT/clusters/$script")-$kind
+    [ "$name" = "$want_name" ] || { show_log; fail "$what is called '$name', expected '$want_name'"; }
     [ -f "$log" ] || fail "$what: no log at $log"
     [ "$(stat -c %U "$log")" = "$user" ] || fail "$what: its log is not owned by $user"
     if grep -Eq 'claim rank|already in use|Resuming training' "$log"; then
