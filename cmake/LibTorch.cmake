@@ -94,7 +94,7 @@ if(NOT Torch_FOUND)
     "  - on a cluster: module load the site's pytorch module before cmake.")
 endif()
 
-# The oldest LibTorch the course supports is the one CI builds and tests (README: "Which LibTorch").
+# The oldest LibTorch the course supports is the one CI builds and tests (docs/building.md, "Which LibTorch").
 # 1.x is refused: its API differs (no zero_grad(set_to_none), Backend vs ProcessGroup, a torchrun
 # store protocol 2.x launchers do not speak) and the tests do not compile with it. An older 2.x
 # may work but is untested: say so, loudly.

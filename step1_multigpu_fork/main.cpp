@@ -6,7 +6,7 @@
 //
 // New since step 0, in blocks marked TODO(step1): the parent starts the workers, they meet on
 // localhost, each trains on its own shard of the data, DistributedDataParallel averages the
-// gradients, and only global rank 0 writes the snapshot. `scripts/diff-step 1` shows the answers.
+// gradients, and only global rank 0 writes the snapshot. `scripts/check-step 1` says when it is done.
 #include <torch/torch.h>
 
 #include "course/check_launch.h"            // defines: LaunchValues, check_launch (who am I)

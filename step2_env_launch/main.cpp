@@ -5,7 +5,7 @@
 //
 // New since step 1, in blocks marked TODO(step2): no spawn; every process reads who it is from
 // the launcher's environment. The snapshot lets a launcher that restarts failed workers
-// (torchrun --max-restarts) resume. `scripts/diff-step 2` shows the answers.
+// (torchrun --max-restarts) resume. `scripts/check-step 2` says when it is done.
 #include <torch/torch.h>
 
 #include "course/check_launch.h"            // defines: LaunchValues, check_launch (who am I)

@@ -1,7 +1,7 @@
 // step3_multinode_slurm — the trainer on several nodes, one task per GPU, started by srun.
 //   srun step3_multinode_slurm 50 10    # in a batch job: clusters/<site>/step3.sbatch
 // New since step 2 (TODO(step3)): every task reads who it is from Slurm's variables; the job's
-// first node and its id give the master address and port. `scripts/diff-step 3` shows the answers.
+// first node and its id give the master address and port. `scripts/check-step 3` says when it is done.
 #include <torch/torch.h>
 
 #include "course/check_launch.h"            // defines: LaunchValues, check_launch (who am I); job_port (launch_env.h)

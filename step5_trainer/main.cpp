@@ -7,7 +7,7 @@
 // New in step 5 (TODO(step5)): nothing of steps 0-4 is on screen any more. ddpw::Trainer reads the
 // launcher (torchrun, mpirun, srun) or starts the workers, picks the device, joins the process group,
 // wraps the model for --strategy single|ddp|zero1|zero2, trains, snapshots, resumes and reports;
-// README.md shows where each line of steps 0-3 went. What stays is what you train: the workload.
+// AFTER.md maps where each line of steps 0-4 went. What stays is what you train: the workload.
 #include "course/options.h"   // defines: Options, parse_options
 #include "course/run_main.h"  // defines: run_main; exit codes (error.h)
 #include "course/trainer.h"   // defines: Trainer (fit: the strategy, launcher, loop, snapshots of steps 0-4)

@@ -1,6 +1,6 @@
 // step4_sharded — the trainer with ZeRO (DeepSpeed's idea): each rank keeps only 1/N of the optimizer state.
 //   torchrun --standalone --nproc_per_node=2 --no-python step4_sharded 50 10 --zero 2 --deepspeed-config ds_config.json
-// New since step 3 (TODO(step4)): ZeRO's wrapper and optimizer, clipping and warm-up, a shard per rank. diff-step 4.
+// New since step 3 (TODO(step4)): ZeRO's wrapper and optimizer, clipping and warm-up, a shard per rank. check-step 4.
 #include <torch/torch.h>
 
 #include "course/check_launch.h"  // defines: LaunchValues, check_launch (who am I); job_port (launch_env.h)
