@@ -121,13 +121,18 @@ void EpochReporter::end_training(Model& model) {
     auto differs = torch::tensor({root.item<double>() != checksum ? 1.0 : 0.0}, torch::kFloat64).to(device_);
     pg_->allreduce_sum(differs, "final weights check");
     // In an exercise this is the likeliest half-done state (ranks on their own shards, gradients not
-    // yet averaged), not a bug to report.
+    // yet averaged), not a bug to report. Step 1b's model is never wrapped: its TODO averages by hand.
+    const ProgramId& p = options_.program;
     if (differs.item<double>() > 0)
       throw Error("the ranks' final weights differ: the replicas went out of sync",
-                  options_.program.kind == "exercise"
-                      ? "check that the model is wrapped in DistributedDataParallel, so that backward() averages the "
-                        "gradients: TODO(step1)"
-                      : "this is a bug in gradient synchronisation; rerun with NCCL_DEBUG=INFO and report it");
+                  p.kind != "exercise"
+                      ? "this is a bug in gradient synchronisation; rerun with NCCL_DEBUG=INFO and report it"
+                  : p.step_tag() == "step1b"
+                      ? "after backward(), sum every parameter's gradient over the ranks and divide it by the world "
+                        "size: TODO(step1b) in " +
+                            p.name + "/main.cpp"
+                      : "check that the model is wrapped in DistributedDataParallel, so that backward() averages the "
+                        "gradients: TODO(step1)");
   }
   // After the check, so that only weights every rank agrees on are exported.
   if (launch_.global_rank == 0 && !options_.export_weights_path.empty()) {

@@ -165,7 +165,7 @@ std::string unoffered_option_fix(const ProgramId& p, const std::string& error) {
 
 std::string default_snapshot_path(const ProgramId& p) {
   if (p.name.empty()) return "snapshot.pt";
-  const std::string who = p.step >= 0 ? "step" + std::to_string(p.step) : p.name;
+  const std::string who = p.step >= 0 ? p.step_tag() : p.name;
   return "snapshot-" + who + (p.kind == "program" ? "" : "-" + p.kind) + ".pt";
 }
 
