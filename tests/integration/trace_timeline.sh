@@ -50,7 +50,7 @@ for rank in (0, 1):
             assert all(g["ts"] >= last_node for g in grads), (rank, s["name"], "an all-reduce before backward ended")
         else:
             assert min(g["ts"] for g in grads) < last_node, (rank, s["name"], "no all-reduce while backward runs")
-print(f"{path}: 2 ranks x 20 steps, {per_step} x '{gradient}' per step, all {after} backward" if after
+print(f"{path}: 2 ranks x 20 steps, {per_step} x '{gradient}' per step, all {sys.argv[4]} backward" if after
       else f"{path}: 2 ranks x 20 steps, {per_step} x '{gradient}' per step, the first launched while backward runs")
 EOF
 }
