@@ -12,12 +12,14 @@ namespace ddpw {
 
 using namespace ddp;  // the library this scaffolding is built on
 
-EpochLog::EpochLog(int64_t epoch, int64_t first_step, Loader& loader, const std::string& tag, int64_t log_every)
+EpochLog::EpochLog(int64_t epoch, int64_t first_step, Loader& loader, const std::string& tag, int64_t log_every,
+                   StepTrace* trace)
     : epoch_(epoch),
       step_(first_step),
       loader_(&loader),
       progress_(tag, loader.steps(), loader.batch_size(), log_every, first_step),
-      start_(std::chrono::steady_clock::now()) {}
+      start_(std::chrono::steady_clock::now()),
+      trace_(trace) {}
 
 void EpochLog::add(const Batch& batch, const torch::Tensor& loss) {
   const torch::Tensor value = loss.detach();
@@ -27,6 +29,7 @@ void EpochLog::add(const Batch& batch, const torch::Tensor& loss) {
   ++batches_;
   ++step_;
   samples_ += batch.input.size(0);
+  if (trace_) trace_->step_done(epoch_, step_ - 1);  // the step just done, counted from 0
   progress_.update(step_, [this] { return mean_loss(); });
 }
 
@@ -46,12 +49,13 @@ EpochReporter::EpochReporter(const Options& options, const LaunchEnv& launch, to
   tag_ = launch.local_world_size < launch.world_size
              ? fmt::format("[RANK {}: local {} {}]", launch.global_rank, kind, launch.local_rank)
              : fmt::format("[{}{}]", kind, launch.local_rank);
+  if (!options.trace_path.empty()) trace_ = std::make_unique<StepTrace>(options, launch.global_rank);
 }
 
 EpochLog EpochReporter::begin_epoch(int64_t epoch, Loader& loader, int64_t first_step) {
   fmt::print("{} Epoch {} | Batchsize: {} | Steps: {}\n", tag_, epoch, loader.batch_size(), loader.steps());
   loader.take_load_seconds();  // this epoch's loading time only
-  return EpochLog(epoch, first_step, loader, tag_, options_.log_every);
+  return EpochLog(epoch, first_step, loader, tag_, options_.log_every, trace_.get());
 }
 
 void EpochReporter::end_epoch(EpochLog& log, Model& model) {
@@ -107,6 +111,11 @@ void EpochReporter::end_epoch(EpochLog& log, Model& model) {
 }
 
 void EpochReporter::end_training(Model& model) {
+  if (trace_) {  // every rank takes part (the timelines are gathered); rank 0 writes the file
+    const std::string written = trace_->write(pg_);
+    if (!written.empty()) print("{}", written);
+    trace_.reset();
+  }
   torch::NoGradGuard no_grad;
   double checksum = 0;  // position-weighted, so swapped values change it too
   for (const auto& p : model.parameters()) {
@@ -121,13 +130,18 @@ void EpochReporter::end_training(Model& model) {
     auto differs = torch::tensor({root.item<double>() != checksum ? 1.0 : 0.0}, torch::kFloat64).to(device_);
     pg_->allreduce_sum(differs, "final weights check");
     // In an exercise this is the likeliest half-done state (ranks on their own shards, gradients not
-    // yet averaged), not a bug to report.
+    // yet averaged), not a bug to report. Step 1b's model is never wrapped: its TODO averages by hand.
+    const ProgramId& p = options_.program;
     if (differs.item<double>() > 0)
       throw Error("the ranks' final weights differ: the replicas went out of sync",
-                  options_.program.kind == "exercise"
-                      ? "check that the model is wrapped in DistributedDataParallel, so that backward() averages the "
-                        "gradients: TODO(step1)"
-                      : "this is a bug in gradient synchronisation; rerun with NCCL_DEBUG=INFO and report it");
+                  p.kind != "exercise"
+                      ? "this is a bug in gradient synchronisation; rerun with NCCL_DEBUG=INFO and report it"
+                  : p.step_tag() == "step1b"
+                      ? "after backward(), sum every parameter's gradient over the ranks and divide it by the world "
+                        "size: TODO(step1b) in " +
+                            p.name + "/main.cpp"
+                      : "check that the model is wrapped in DistributedDataParallel, so that backward() averages the "
+                        "gradients: TODO(step1)");
   }
   // After the check, so that only weights every rank agrees on are exported.
   if (launch_.global_rank == 0 && !options_.export_weights_path.empty()) {

@@ -16,6 +16,7 @@
 
 #include "course/metrics.h"
 #include "course/options.h"
+#include "course/step_trace.h"
 #include "course/workload.h"
 #include "ddp/data.h"
 #include "ddp/launch_env.h"
@@ -35,7 +36,8 @@ class EpochLog {
 
  private:
   friend class EpochReporter;
-  EpochLog(int64_t epoch, int64_t first_step, ddp::Loader& loader, const std::string& tag, int64_t log_every);
+  EpochLog(int64_t epoch, int64_t first_step, ddp::Loader& loader, const std::string& tag, int64_t log_every,
+           StepTrace* trace);
   double mean_loss() const;  // reads the device
 
   int64_t epoch_, step_;  // step: steps of this epoch done so far (a resumed epoch starts past 0)
@@ -44,6 +46,7 @@ class EpochLog {
   int64_t batches_ = 0, samples_ = 0;
   Progress progress_;
   std::chrono::steady_clock::time_point start_;
+  StepTrace* trace_;  // --trace, else null
 };
 
 class EpochReporter {
@@ -76,9 +79,10 @@ class EpochReporter {
   // evaluates on the test set (all ranks' shards) and prints one line on rank 0.
   void end_epoch(EpochLog& log, Model& model);
 
-  // Every rank prints a checksum of its final weights (equal on all ranks when DDP kept them in
-  // sync) and the ranks compare theirs with rank 0's: a mismatch is an error. Then, with
-  // --export-weights, rank 0 writes the model's state_dict for Python (weights_io.h).
+  // With --trace, first every rank's timeline goes into one file (rank 0 writes it). Every rank
+  // prints a checksum of its final weights (equal on all ranks when DDP kept them in sync) and the
+  // ranks compare theirs with rank 0's: a mismatch is an error. Then, with --export-weights, rank
+  // 0 writes the model's state_dict for Python (weights_io.h).
   void end_training(Model& model);
 
  private:
@@ -90,6 +94,7 @@ class EpochReporter {
   int threads_;
   std::string tag_;
   std::unique_ptr<MetricsWriter> metrics_;  // rank 0 with --metrics only, opened at the first row
+  std::unique_ptr<StepTrace> trace_;        // --trace only
 };
 
 }  // namespace ddpw

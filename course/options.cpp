@@ -165,7 +165,7 @@ std::string unoffered_option_fix(const ProgramId& p, const std::string& error) {
 
 std::string default_snapshot_path(const ProgramId& p) {
   if (p.name.empty()) return "snapshot.pt";
-  const std::string who = p.step >= 0 ? "step" + std::to_string(p.step) : p.name;
+  const std::string who = p.step >= 0 ? p.step_tag() : p.name;
   return "snapshot-" + who + (p.kind == "program" ? "" : "-" + p.kind) + ".pt";
 }
 
@@ -246,6 +246,13 @@ Options parse_options(int argc, char** argv, const std::string& description, uns
                    "Start from a state_dict saved in Python by torch.save (a snapshot, if resumed, wins)");
     app.add_option("--export-weights", o.export_weights_path,
                    "At the end rank 0 writes the model's state_dict here, for Python's torch.load");
+    app.add_option("--trace", o.trace_path,
+                   "Write the ranks' timeline of --trace-steps steps (after the first " +
+                       std::to_string(kTraceWarmupSteps) +
+                       ") here as Chrome trace JSON: backward, the gradient all-reduces, each step (Perfetto "
+                       "opens it; scripts/plot draws it)");
+    app.add_option("--trace-steps", o.trace_steps, "Steps that --trace records")
+        ->check(whole("--trace-steps", 1, 100000));
   }
   // A program that starts its own workers (step 1) meets them on this node, at a port it picks
   // (upstream's multigpu.py fixes 12355: two jobs on one node then collide); the others take the
@@ -372,6 +379,7 @@ Options parse_options(int argc, char** argv, const std::string& description, uns
     check_writable_file(program, "--snapshot", o.snapshot_path, /*written_in_place=*/false);
     check_writable_file(program, "--metrics", o.metrics_path, /*written_in_place=*/true);
     check_writable_file(program, "--export-weights", o.export_weights_path, /*written_in_place=*/false);
+    check_writable_file(program, "--trace", o.trace_path, /*written_in_place=*/false);
     if (!o.init_weights_path.empty() && !path_exists(o.init_weights_path))
       usage_error(program, "--init-weights '" + o.init_weights_path + "' does not exist",
                   "save it in Python with torch.save(model.state_dict(), path), or check the path");

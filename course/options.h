@@ -16,7 +16,8 @@ class App;
 
 namespace ddpw {
 
-inline constexpr int kCnnBatchSize = 64;  // --dataset mnist|fashion-mnist: the seed's batch
+inline constexpr int kCnnBatchSize = 64;     // --dataset mnist|fashion-mnist: the seed's batch
+inline constexpr int kTraceWarmupSteps = 5;  // --trace skips the run's first steps (allocations, threads starting)
 
 struct Options {
   // The upstream tutorial's positional form: `step0_single_gpu 50 10`.
@@ -40,6 +41,8 @@ struct Options {
   int log_every = 0;                          // progress line every N steps (0: every 30 s)
   std::string init_weights_path;              // a state_dict from Python's torch.save to start from (weights_io.h)
   std::string export_weights_path;            // rank 0 writes the final state_dict here for Python's torch.load
+  std::string trace_path;                     // --trace: the ranks' timeline of a few steps, Chrome trace JSON
+  int trace_steps = 20;                       // --trace-steps: how many steps it records (after kTraceWarmupSteps)
 
   // Distributed settings (steps 1-3 and the diagnostics).
   int nproc = 2;                 // step 1: workers to start when there is no GPU

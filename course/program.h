@@ -12,7 +12,11 @@ struct ProgramId {
   std::string name;   // the executable, e.g. "step2_env_launch" ("" outside a program target)
   std::string kind;   // "exercise", "solution" or "program" (step 0, the diagnostics, the benchmark)
   std::string about;  // the first line of its header comment: what --help says it is
-  int step = -1;      // N of stepN_..., else -1
+  int step = -1;      // N of stepN_... (1 for the optional step1b_...), else -1
+
+  // "step1b" of "step1b_average_by_hand", "step2" of "step2_env_launch": the step as its folder and
+  // its TODO(...) blocks name it ("" outside a step).
+  std::string step_tag() const { return step < 0 ? "" : name.substr(0, name.find('_')); }
 
   // "step2_env_launch (solution)", "step0_single_gpu", or "this program".
   std::string label() const {

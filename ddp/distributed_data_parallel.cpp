@@ -4,6 +4,7 @@
 
 #include "ddp/error.h"
 #include "ddp/model_broadcast.h"
+#include "ddp/timeline.h"
 
 namespace ddp {
 
@@ -132,6 +133,7 @@ void GradientReducer::launch_ready_buckets() {
   while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].pending == 0) {
     Bucket& b = buckets_[next_bucket_++];
     b.work = sum_over_ranks(b.flat_list);
+    record_collective(b.work, b.what, b.flat.numel() * static_cast<int64_t>(b.flat.element_size()));  // timeline.h
   }
 }
 

@@ -25,6 +25,7 @@
 #include "ddp/host.h"
 #include "ddp/spawn.h"
 #include "ddp/stop_signal.h"
+#include "ddp/timeline.h"
 
 #ifdef DDPW_HAVE_NCCL
 #ifndef USE_C10D_NCCL
@@ -496,6 +497,7 @@ void ProcessGroup::wait_on_host(const c10::intrusive_ptr<c10d::Work>& work, cons
 void ProcessGroup::allreduce_sum(torch::Tensor& tensor, const std::string& what) {
   std::vector<torch::Tensor> tensors{tensor};
   auto work = allreduce_sum_async(tensors);
+  record_collective(work, what, tensor.numel() * static_cast<int64_t>(tensor.element_size()));  // timeline.h
   backend_name_ == "nccl" ? wait_on_host(work, what) : wait(work, what);
 }
 

@@ -1,4 +1,10 @@
-"""Draws the metrics CSVs of a sweep (scripts/sweep) into one PNG.
+"""Draws the metrics CSVs of a sweep (scripts/sweep) into one PNG, or the timelines of --trace.
+
+    scripts/plot DIR [--out PNG]                          a sweep's folder (default PNG: DIR/scaling.png)
+    scripts/plot TRACE.json [TRACE2.json] [--out PNG] [--steps N]
+                                                          traces (default PNG: TRACE.png): plot_timeline.py
+
+For a sweep:
 
 Left: training loss (solid) and test loss (dashed) per epoch, one colour per configuration.
 Middle: test accuracy per epoch. Right: throughput (samples/s, all ranks) against the world size,
@@ -66,11 +72,24 @@ def summary(rows):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("dir", help="folder with the sweep's *.csv files")
-    parser.add_argument("--out", help="the PNG to write (default: DIR/scaling.png)")
+    parser.add_argument("inputs", nargs="+", metavar="DIR|TRACE.json",
+                        help="folder with the sweep's *.csv files, or one or two --trace files")
+    parser.add_argument("--out", help="the PNG to write (default: DIR/scaling.png, or TRACE.png)")
+    parser.add_argument("--steps", type=int, default=3, help="traces: how many consecutive steps to draw")
     args = parser.parse_args()
 
-    folder = Path(args.dir)
+    if all(p.endswith(".json") for p in args.inputs):
+        if len(args.inputs) > 2 or args.steps < 1:
+            raise PlotError("give one or two trace files (--trace FILE of two programs, to compare), and --steps >= 1")
+        import plot_timeline
+        try:
+            plot_timeline.plot(args.inputs, args.out or str(Path(args.inputs[0]).with_suffix(".png")), args.steps)
+        except plot_timeline.TraceError as e:
+            raise PlotError(str(e)) from None
+        return 0
+    if len(args.inputs) != 1:
+        raise PlotError("give one sweep folder, or one or two .json trace files")
+    folder = Path(args.inputs[0])
     if not folder.is_dir():
         raise PlotError(f"{folder} is not a folder; give the --out folder of scripts/sweep")
     runs = {}

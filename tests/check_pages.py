@@ -62,7 +62,7 @@ def page_index(text):
 
 
 def check(root, folder):
-    step = re.match(r"(step\d+)", folder).group(1)
+    step = re.match(r"(step\d+[a-z]?)_", folder).group(1)
     exercise = (root / folder / "main.cpp").read_text().splitlines()
     solution = (root / "solutions" / folder / "main.cpp").read_text().splitlines()
     page_path = root / folder / LEARNER_PAGE

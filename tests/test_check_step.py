@@ -89,6 +89,20 @@ class Verdict(unittest.TestCase):
         self.assertEqual(result, "DIFFERS")
         self.assertIn("ranks end with different weights ([CPU0] 70.1, [CPU1] 68.9): is the model wrapped", findings[0])
 
+    def test_step1b_open_or_ranks_apart(self):
+        # The optional step 1b stops at the end-of-run check, naming its own TODO; ranks that still end
+        # apart point to the averaging, not to the wrapper (1b has none).
+        text = ("[rank 0 @ vm] error: the ranks' final weights differ: the replicas went out of sync (fix: after "
+                "backward(), sum every parameter's gradient over the ranks and divide it by the world size: "
+                "TODO(step1b) in step1b_average_by_hand/main.cpp)\n")
+        result, findings = self.verdict(text, rc=1, step="1b")
+        self.assertEqual(result, "TODO")
+        self.assertIn("naming an open TODO: ", findings[0])
+        self.assertIn("TODO(step1b)", findings[0])
+        result, findings = self.verdict(training_log(sums=("70.1", "68.9")), step="1b")
+        self.assertIn("summed over the ranks and divided by the world size after backward()? TODO(step1b)", findings[0])
+        self.assertNotIn("wrapped", findings[0])
+
     def test_every_rank_on_all_the_data(self):
         # Sampler not sharded: both ranks run 64 steps and end equal, with step 0's weights.
         result, findings = self.verdict(training_log(steps=64, sums=("72.847004756331444",) * 2))
@@ -182,6 +196,16 @@ class Table(unittest.TestCase):
         self.assertIn("step 2 TODO", rows[2])
         self.assertIn("2 learners; done: step 1: 2, step 2: 0", text)
 
+    def test_the_optional_step_sits_after_the_step_it_branches_off(self):
+        lines = [check_step.progress_line(u, s, "DONE", "", when=t) for u, s, t in [
+            ("ana", 2, 300), ("ana", "1b", 200), ("ana", 1, 100), ("zoe", 10, 400)]]
+        records = [progress.parse_line(l) for l in lines]
+        self.assertNotIn(None, records)
+        text = progress.render(progress.latest(records))
+        header = [cell.strip() for cell in text.splitlines()[0].split("|")]
+        self.assertEqual(header[:5], ["user", "step 1", "step 1b", "step 2", "step 10"], text)
+        self.assertIn("done: step 1: 1, step 1b: 1, step 2: 1, step 10: 1", text)
+
     def test_lines_not_written_by_check_step(self):
         self.assertIsNone(progress.parse_line("hello\n"))
         self.assertIsNone(progress.parse_line("2026-01-01T00:00:00Z\tana\tx\tDONE\t\n"))
@@ -196,6 +220,7 @@ class CommandLine(unittest.TestCase):
     def test_bad_steps_stop_before_any_build(self):
         self.assertEqual(check_step.main(["x"]), 2)
         self.assertEqual(check_step.main(["9", "--no-build"]), 2)
+        self.assertEqual(check_step.main(["1c", "--no-build"]), 2)  # no such optional step
         self.assertEqual(check_step.main(["1", "--no-build", "--progress", "/nonexistent/ddpw-progress"]), 2)
 
     def test_gpu_needs_two_gpus(self):

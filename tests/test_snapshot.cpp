@@ -111,6 +111,8 @@ TEST(DefaultSnapshotPath, EveryProgramHasItsOwn) {
   EXPECT_EQ(id("step0_single_gpu", "program", 0), "snapshot-step0.pt");
   EXPECT_EQ(id("step2_env_launch", "exercise", 2), "snapshot-step2-exercise.pt");
   EXPECT_EQ(id("step2_env_launch", "solution", 2), "snapshot-step2-solution.pt");
+  // The optional step 1b is step 1's program with another lesson: its files stay apart from step 1's.
+  EXPECT_EQ(id("step1b_average_by_hand", "exercise", 1), "snapshot-step1b-exercise.pt");
   // Step 4's is a sharded snapshot's manifest; its shards take their names from it, so they stay apart too.
   EXPECT_EQ(id("step4_sharded", "exercise", 4), "snapshot-step4-exercise.pt");
   EXPECT_EQ(id("step4_sharded", "solution", 4), "snapshot-step4-solution.pt");

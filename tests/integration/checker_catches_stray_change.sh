@@ -99,4 +99,44 @@ printf '| [1](%s/README.md) | spawn | %s changed lines |\n' "$step" "$((count + 
 python3 "$root/tests/check_exercises.py" "$docs" --docs >"$docs/out" 2>&1 && { cat "$docs/out"; echo "FAIL (docs): a wrong count in a linked row was accepted"; exit 1; }
 grep -q "^README.md:1: says '$((count + 2)) changed lines' for step 1" "$docs/out" || { cat "$docs/out"; echo "FAIL (docs): linked row"; exit 1; }
 
-echo "PASS: the checker rejects stray changes and wrong changed-line counts on the pages"
+# 7. The optional step 1b branches off solution 1: exercise 1b may replace only the wrapper's TODO(step1)
+#    blocks and add its own; a plumbing edit in the 1b pair only, or a line of another step 1 block
+#    dropped from it, is caught; so is a wrong count in its README.md row and a program over 150 lines.
+branch=$tmp/branch
+cp -r "$chain" "$branch"
+cp "$root/step2_env_launch/main.cpp" "$branch/step2_env_launch/main.cpp"
+cp "$root/solutions/step2_env_launch/main.cpp" "$branch/solutions/step2_env_launch/main.cpp"
+b=step1b_average_by_hand
+[ -f "$branch/$b/main.cpp" ] || { echo "FAIL (branch): $b is gone: update this test"; exit 1; }
+expect_branch_caught() {  # NAME REGEX: the checker fails on $branch, naming REGEX; then the copy is restored
+  if python3 "$root/tests/check_exercises.py" "$branch" >"$branch/out" 2>&1; then
+    cat "$branch/out"; echo "FAIL (branch $1): the checker accepted it"; exit 1
+  fi
+  grep -qE "$2" "$branch/out" || { cat "$branch/out"; echo "FAIL (branch $1): wrong message"; exit 1; }
+  echo "ok: branch $1: $(grep -m1 -E "$2" "$branch/out")"
+  cp "$root/$b/main.cpp" "$branch/$b/main.cpp"
+  cp "$root/solutions/$b/main.cpp" "$branch/solutions/$b/main.cpp"
+  cp "$root/README.md" "$branch/README.md" 2>/dev/null || rm -f "$branch/README.md"
+}
+python3 "$root/tests/check_exercises.py" "$branch" >"$branch/out" 2>&1 ||
+  { cat "$branch/out"; echo "FAIL (branch): the unchanged copy does not pass"; exit 1; }
+for f in "$branch/$b/main.cpp" "$branch/solutions/$b/main.cpp"; do
+  sed -i "s/^$line\$/    first_step_ = 0;  \/\/ a plumbing edit in the 1b pair only/" "$f"
+done
+expect_branch_caught plumbing "$b/main.cpp:[0-9]+: differs from solutions/step1_multigpu_fork/main.cpp outside the header, the includes, its TODO\(step1b\) blocks"
+guard='    if (launch_.global_rank != 0) return;'
+grep -qxF -- "$guard" "$branch/$b/main.cpp" || { echo "FAIL (branch): '$guard' is gone: update this test"; exit 1; }
+for f in "$branch/$b/main.cpp" "$branch/solutions/$b/main.cpp"; do grep -vxF -- "$guard" "$f" >"$f.new"; mv "$f.new" "$f"; done
+expect_branch_caught other_block "solutions/step1_multigpu_fork/main.cpp:[0-9]+: missing from $b/main.cpp, but not in a block that step 1b replaces"
+k=$(python3 "$root/tests/check_exercises.py" "$branch" --counts | sed -n 's/^step1b //p')
+[[ $k =~ ^[0-9]+$ ]] || { echo "FAIL (branch): --counts printed no count for step 1b"; exit 1; }
+printf '| [1b](%s/README.md) | by hand | %s changed lines |\n' "$b" "$((k + 1))" >"$branch/README.md"
+python3 "$root/tests/check_exercises.py" "$branch" --docs >"$branch/out" 2>&1 && { cat "$branch/out"; echo "FAIL (branch docs): accepted"; exit 1; }
+grep -q "^README.md:1: says '$((k + 1)) changed lines' for step 1b; tests/check_exercises.py counts $k" "$branch/out" ||
+  { cat "$branch/out"; echo "FAIL (branch docs): wrong message"; exit 1; }
+echo "ok: branch docs: $(grep -m1 'says' "$branch/out")"
+for i in $(seq 1 160); do echo "// padding $i"; done >>"$branch/solutions/$b/main.cpp"
+for i in $(seq 1 160); do echo "// padding $i"; done >>"$branch/$b/main.cpp"
+expect_branch_caught too_long "solutions/$b/main.cpp: [0-9]+ lines, more than 150"
+
+echo "PASS: the checker rejects stray changes, a branch's changes outside its blocks, programs over 150 lines and wrong changed-line counts on the pages"
