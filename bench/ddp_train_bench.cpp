@@ -48,6 +48,7 @@
 #include "course/run_main.h"                // defines: run_main; Error, exit codes (error.h)
 #include "course/sync_counter.h"            // defines: SyncCounter (host synchronizations per step)
 #include "ddp/adadelta.h"                   // defines: Adadelta (the CNN's optimizer)
+#include "ddp/config.h"                     // defines: DDPW_HAVE_*, DDPW_TORCH_VERSION
 #include "ddp/data.h"                       // defines: Dataset, DistributedSampler, Loader
 #include "ddp/device.h"                     // defines: choose_device, device_name
 #include "ddp/distributed_data_parallel.h"  // defines: DistributedDataParallel (overlapped mode)

@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "course/run_main.h"                // defines: run_main, exit codes (error.h)
+#include "ddp/config.h"                     // defines: DDPW_HAVE_*, DDPW_TORCH_VERSION
 #include "ddp/device.h"                     // defines: choose_device
 #include "ddp/distributed_data_parallel.h"  // defines: DistributedDataParallel (the baseline)
 #include "ddp/launch_env.h"                 // defines: resolve_launch_env (torchrun, mpirun, srun)

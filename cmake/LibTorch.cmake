@@ -58,30 +58,9 @@ else()
   endif()
 endif()
 
-# A CUDA-enabled LibTorch calls enable_language(CUDA) and needs nvcc now. CUDA >= 12.9 no longer
-# ships the CUDA::nvToolsExt target that older Torch configs link; point it at nvtx3 (header-only).
-find_package(CUDAToolkit QUIET)
-if(CUDAToolkit_FOUND)
-  # V100 (sm_70: Puhti, SuperCloud) needs CUDA <= 12; CUDA 13 starts at sm_75.
-  if(CUDAToolkit_VERSION VERSION_GREATER_EQUAL 13)
-    set(_ddpw_archs 80 90)
-  else()
-    set(_ddpw_archs 70 80 90)
-  endif()
-  # We compile no .cu files; Torch copies the C++ standard to CUDA, which nvcc lacks for C++20.
-  if(NOT DEFINED CMAKE_CUDA_STANDARD)
-    set(CMAKE_CUDA_STANDARD 17)
-  endif()
-  # Without an arch list Torch probes the installed GPUs with try_run, which fails on a machine
-  # without one (login nodes, CI): name the archs of the course's clusters instead.
-  if(NOT DEFINED TORCH_CUDA_ARCH_LIST AND NOT DEFINED ENV{TORCH_CUDA_ARCH_LIST})
-    list(TRANSFORM _ddpw_archs REPLACE "([0-9])([0-9])" "\\1.\\2" OUTPUT_VARIABLE TORCH_CUDA_ARCH_LIST)
-  endif()
-  if(NOT TARGET CUDA::nvToolsExt AND TARGET CUDA::nvtx3)
-    add_library(CUDA::nvToolsExt INTERFACE IMPORTED)
-    target_link_libraries(CUDA::nvToolsExt INTERFACE CUDA::nvtx3)
-  endif()
-endif()
+# What a CUDA-enabled LibTorch needs before find_package(Torch) (also installed with the package,
+# so that a project using it finds LibTorch the same way).
+include("${CMAKE_CURRENT_LIST_DIR}/TorchCudaSetup.cmake")
 
 find_package(Torch CONFIG QUIET)
 if(NOT Torch_FOUND)

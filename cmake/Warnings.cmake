@@ -40,7 +40,8 @@ function(ddpw_check_warnings dir)
     get_target_property(type ${target} TYPE)
     if(type MATCHES "EXECUTABLE|LIBRARY" AND NOT type STREQUAL "INTERFACE_LIBRARY")
       get_target_property(libraries ${target} LINK_LIBRARIES)
-      if(NOT "ddpw_warnings" IN_LIST libraries)
+      # $<BUILD_INTERFACE:...>: the installed library's targets carry no trace of this project's warnings.
+      if(NOT "ddpw_warnings" IN_LIST libraries AND NOT "$<BUILD_INTERFACE:ddpw_warnings>" IN_LIST libraries)
         message(FATAL_ERROR "target ${target} (${dir}) does not link ddpw_warnings. Fix: "
                             "target_link_libraries(${target} PRIVATE ddpw_warnings), or add it with ddpw_add_program()")
       endif()

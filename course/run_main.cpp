@@ -3,7 +3,8 @@
 #include <cstdio>
 #include <exception>
 
-#include "ddp/process.h"
+#include "ddp/cuda_check.h"  // defines: UnsupportedCudaError
+#include "ddp/process.h"     // defines: configure_process
 
 namespace ddpw {
 
@@ -38,6 +39,13 @@ int run_main(const std::function<int()>& body, const std::string& prefix) {
   };
   try {
     return body();
+  } catch (const UnsupportedCudaError& e) {
+    // The library names the torch build; the course says how its set-up installs it.
+    const std::string here = e.build().empty() ? std::string()
+                                               : "; here: DDPW_TORCH_CUDA=" + e.build() +
+                                                     " scripts/setup.sh (or the site's recipe in "
+                                                     "clusters/<site>/README.md), then a fresh build folder";
+    std::fprintf(stderr, "%serror: %s (fix: %s%s)\n", who().c_str(), e.what(), e.hint().c_str(), here.c_str());
   } catch (const Error& e) {
     if (e.hint().empty())
       std::fprintf(stderr, "%serror: %s\n", who().c_str(), e.what());

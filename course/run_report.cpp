@@ -10,6 +10,7 @@
 
 #include "course/workload.h"
 #include "course/zero_settings.h"
+#include "ddp/config.h"  // defines: DDPW_HAVE_*, DDPW_TORCH_VERSION
 #include "ddp/device.h"
 #include "ddp/host.h"
 #include "ddp/process_group.h"

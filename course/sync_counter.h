@@ -4,6 +4,7 @@
 //          Python. The benchmark and the GPU tests use it to show a training step does not wait.
 #pragma once
 
+#include "ddp/config.h"  // defines: DDPW_HAVE_*, DDPW_TORCH_VERSION
 #include <c10/util/Exception.h>
 
 #include <cstdint>

@@ -5,7 +5,8 @@
 #include <exception>
 #include <string>
 
-#include "ddp/error.h"  // defines: ddp::Error
+#include "ddp/config.h"  // defines: DDPW_HAVE_CUDA
+#include "ddp/error.h"   // defines: ddp::Error
 
 #ifdef DDPW_HAVE_CUDA
 #include <ATen/cuda/CUDAContextLight.h>      // at::cuda::getDeviceProperties
@@ -72,7 +73,7 @@ CudaSupportInput cuda_support_input([[maybe_unused]] int device_index) {
 CudaSupportVerdict check_cuda_support(int device_index) {
   CudaSupportVerdict verdict = judge_cuda_support(cuda_support_input(device_index));
   if (verdict.verdict == CudaSupport::kNoKernels || verdict.verdict == CudaSupport::kDriverTooOld)
-    throw Error(verdict.what, verdict.hint);
+    throw UnsupportedCudaError(verdict.what, verdict.hint, verdict.build);
   return verdict;
 }
 

@@ -102,10 +102,10 @@ std::string torch_text(const CudaSupportInput& in) {
   return "this LibTorch" + (in.torch_version.empty() ? std::string() : " (" + in.torch_version + ")");
 }
 
-// "install the cu126 build of torch 2.11, which <reason>: DDPW_TORCH_CUDA=cu126 ..."
+// "install the cu126 build of torch 2.11, which <reason>, and build against its LibTorch ..."
 std::string install_hint(const std::string& build, const std::string& reason) {
-  return "install the " + build + " build of torch 2.11, which " + reason + ": DDPW_TORCH_CUDA=" + build +
-         " scripts/setup.sh (or the site's recipe in clusters/<site>/README.md), then configure a fresh build folder";
+  return "install the " + build + " build of torch 2.11, which " + reason +
+         ", and build against its LibTorch in a fresh build folder";
 }
 
 }  // namespace
@@ -172,6 +172,7 @@ CudaSupportVerdict judge_cuda_support(const CudaSupportInput& in) {
              " (nvidia-smi shows the driver's CUDA version)";
     const std::string build = in.capability > 0 ? suggest_torch_build(in.capability, in.driver_cuda, in.machine)
                                                 : suggest_torch_build(80, in.driver_cuda, in.machine);
+    v.build = build;
     v.hint = build.empty() ? "ask the site for a newer NVIDIA driver, or use a LibTorch built for CUDA " +
                                  std::to_string(major_of(in.driver_cuda)) + ".x"
                            : install_hint(build, "this driver runs") + "; or ask the site for a newer driver";
@@ -220,6 +221,7 @@ CudaSupportVerdict judge_cuda_support(const CudaSupportInput& in) {
                ") that the driver must compile, and the driver supports CUDA " + cuda_version_text(in.driver_cuda) +
                ", older than the CUDA " + cuda_version_text(in.torch_cuda) + " that wrote it";
       const std::string build = suggest_torch_build(in.capability, in.driver_cuda, in.machine);
+      v.build = build;
       v.hint = build.empty() ? "ask the site for a driver that supports CUDA " + cuda_version_text(in.torch_cuda)
                              : install_hint(build, "has kernels for " + sm_name(in.capability)) +
                                    "; or ask the site for a newer driver";
@@ -235,9 +237,11 @@ CudaSupportVerdict judge_cuda_support(const CudaSupportInput& in) {
            ": every CUDA operation would fail with \"no kernel image is available for execution on the device\"";
   const std::string build = suggest_torch_build(in.capability, in.driver_cuda, in.machine);
   if (!build.empty()) {
+    v.build = build;
     v.hint = install_hint(build, "has kernels for " + sm_name(in.capability));
   } else if (!suggest_torch_build(in.capability, 0, in.machine).empty()) {
     const std::string any = suggest_torch_build(in.capability, 0, in.machine);
+    v.build = any;
     v.hint = "the " + any + " build of torch 2.11 has kernels for " + sm_name(in.capability) +
              " but this driver (CUDA " + cuda_version_text(in.driver_cuda) +
              ") cannot run it: ask the site for a newer driver, then " + install_hint(any, "fits both");

@@ -34,6 +34,7 @@ struct CudaSupportVerdict {
   CudaSupport verdict = CudaSupport::kUnknown;
   std::string summary;     // one line for a report: the GPU's arch, the kernels that serve it, the driver
   std::string what, hint;  // the error and its fix, when kNoKernels or kDriverTooOld
+  std::string build;       // the torch build the hint names ("cu126", "cu128", "cu130"), or "" if none
 };
 
 // The arch list from either form LibTorch reports: nvcc's gencode flags

@@ -1,4 +1,5 @@
 #include "ddp/device.h"
+#include "ddp/config.h"  // defines: DDPW_HAVE_CUDA
 
 #include <algorithm>
 #include <cstdio>

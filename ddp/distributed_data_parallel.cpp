@@ -18,7 +18,28 @@ GradientReducer::GradientReducer(std::shared_ptr<torch::nn::Module> module, std:
     params_.push_back(item.value());
   }
   DDP_CHECK(!params_.empty(), "the module has no parameter that requires a gradient", "nothing to train");
-  broadcast_from_rank0(*module_, names_, params_, *pg_, options_.broadcast_buffers);
+  start(options_.broadcast_buffers ? module_->buffers(/*recurse=*/true) : std::vector<torch::Tensor>{});
+}
+
+GradientReducer::GradientReducer(std::vector<torch::Tensor> params, std::shared_ptr<ProcessGroup> pg,
+                                 DdpOptions options, const std::vector<torch::Tensor>& buffers)
+    : pg_(std::move(pg)), options_(options), params_(std::move(params)) {
+  DDP_CHECK(pg_, "TensorDataParallel needs a process group", "create it first (init_process_group)");
+  DDP_CHECK(!params_.empty(), "TensorDataParallel got no parameter tensors", "pass the tensors to train");
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const torch::Tensor& p = params_[i];
+    names_.push_back("params[" + std::to_string(i) + "]");
+    DDP_CHECK(p.defined(), names_[i] + " is an undefined tensor", "pass defined tensors");
+    DDP_CHECK(p.requires_grad() && p.is_leaf(), names_[i] + " is not a leaf tensor that requires a gradient",
+              "pass the parameters themselves (made with requires_grad), not results computed from them");
+    for (size_t j = 0; j < i; ++j)
+      DDP_CHECK(!p.is_same(params_[j]), names_[i] + " is " + names_[j] + " again", "pass each tensor once");
+  }
+  start(buffers);
+}
+
+void GradientReducer::start(const std::vector<torch::Tensor>& buffers) {
+  broadcast_from_rank0(names_, params_, buffers, *pg_);
   build_buckets(options_.bucket_mb);
   hooks_ = std::make_unique<GradientHooks>(params_, [this](size_t i) { on_gradient_ready(i); });
 }
@@ -190,7 +211,7 @@ void GradientReducer::finish_backward() {
     for (size_t k = 0; k < next_bucket_; ++k) wait_for(buckets_[k].work, "gradient allreduce");
     throw Error("these parameters received no gradient in this backward pass: " + unused,
                 "make every parameter take part in the loss, or construct DistributedDataParallel with "
-                "find_unused_parameters = true (--find-unused-parameters) to treat them as zero");
+                "DdpOptions::find_unused_parameters = true to treat them as zero");
   }
   point_grads_at_buckets();
 }

@@ -13,6 +13,8 @@
 //     rank has a gradient for keeps .grad undefined, so the optimizer leaves it alone (PyTorch).
 //     Which ones have a gradient anywhere is summed over the ranks alongside the buckets; as in
 //     PyTorch, the host reads that sum (and so waits for it) only when a parameter had none here.
+//   * TensorDataParallel is the same engine over a list of parameter tensors that belong to no
+//     torch::nn::Module (what a binding to LibTorch holds): the same buckets, hooks and overlap.
 //   * An exception inside backward (an error in a hook, out of memory) abandons that pass: the next
 //     backward starts afresh, or, if part of the gradients had already been sent, raises an error
 //     that says the ranks are out of step (they would otherwise average different batches).
@@ -31,16 +33,22 @@
 
 namespace ddp {
 
+// How DistributedDataParallel and TensorDataParallel bucket and check the gradients.
 struct DdpOptions {
   double bucket_mb = 25;  // as PyTorch's bucket_cap_mb
   bool find_unused_parameters = false;
   bool broadcast_buffers = true;  // at construction
 };
 
-// The engine behind DistributedDataParallel (no template: compiled once).
+// The engine behind DistributedDataParallel and TensorDataParallel (no template: compiled once).
 class GradientReducer {
  public:
+  // The module's parameters that require a gradient; its buffers too if options.broadcast_buffers.
   GradientReducer(std::shared_ptr<torch::nn::Module> module, std::shared_ptr<ProcessGroup> pg, DdpOptions options);
+  // `params`: leaf tensors that require a gradient, each once, in the order a module would register
+  // them (buckets are filled last one first); `buffers` are only broadcast from rank 0.
+  GradientReducer(std::vector<torch::Tensor> params, std::shared_ptr<ProcessGroup> pg, DdpOptions options,
+                  const std::vector<torch::Tensor>& buffers = {});
   ~GradientReducer();
   GradientReducer(const GradientReducer&) = delete;
   GradientReducer& operator=(const GradientReducer&) = delete;
@@ -61,6 +69,7 @@ class GradientReducer {
     size_t pending = 0;                    // parameters whose gradient is not ready yet
     c10::intrusive_ptr<c10d::Work> work;
   };
+  void start(const std::vector<torch::Tensor>& buffers);  // broadcast, buckets, hooks
   void build_buckets(double bucket_mb);
   void on_gradient_ready(size_t param_index);
   void launch_ready_buckets();
@@ -72,7 +81,7 @@ class GradientReducer {
   void wait_for(const c10::intrusive_ptr<c10d::Work>& work, const std::string& what);  // none: nothing to wait for
   void point_grads_at_buckets();  // skips the parameters marked in keep_undefined_
 
-  std::shared_ptr<torch::nn::Module> module_;
+  std::shared_ptr<torch::nn::Module> module_;  // none for TensorDataParallel
   std::shared_ptr<ProcessGroup> pg_;
   DdpOptions options_;
   std::vector<torch::Tensor> params_;
@@ -93,9 +102,26 @@ class GradientReducer {
   std::unique_ptr<GradientHooks> hooks_;  // last: destroyed first, so no hook runs on a half-gone reducer
 };
 
+// While a NoSync lives, backward() only accumulates locally (no communication); the next synced
+// backward averages what accumulated. Made by no_sync().
+class NoSync {
+ public:
+  explicit NoSync(GradientReducer& r) : r_(r), before_(r.sync_enabled()) { r_.set_sync(false); }
+  ~NoSync() { r_.set_sync(before_); }
+  NoSync(const NoSync&) = delete;
+  NoSync& operator=(const NoSync&) = delete;
+
+ private:
+  GradientReducer& r_;
+  bool before_;
+};
+
+// DDP for a torch::nn::Module (or a module holder's ptr()): construct it on every rank with the
+// same model, then train the module as usual; loss.backward() averages the gradients over the ranks.
 template <typename M>
 class DistributedDataParallel {
  public:
+  // Collective: every rank calls it with the same model (checked), which then holds rank 0's weights.
   DistributedDataParallel(std::shared_ptr<M> module, std::shared_ptr<ProcessGroup> pg, DdpOptions options = {})
       : module_(std::move(module)), reducer_(std::make_unique<GradientReducer>(module_, std::move(pg), options)) {}
 
@@ -103,22 +129,36 @@ class DistributedDataParallel {
   const std::shared_ptr<M>& module() const { return module_; }  // for checkpoints: a plain module
   size_t bucket_count() const { return reducer_->bucket_count(); }
 
-  // While a NoSync lives, backward() only accumulates locally (no communication).
-  class NoSync {
-   public:
-    explicit NoSync(GradientReducer& r) : r_(r), before_(r.sync_enabled()) { r_.set_sync(false); }
-    ~NoSync() { r_.set_sync(before_); }
-    NoSync(const NoSync&) = delete;
-    NoSync& operator=(const NoSync&) = delete;
-
-   private:
-    GradientReducer& r_;
-    bool before_;
-  };
-  [[nodiscard]] NoSync no_sync() { return NoSync(*reducer_); }
+  using NoSync = ddp::NoSync;
+  [[nodiscard]] NoSync no_sync() { return NoSync(*reducer_); }  // gradient accumulation: see NoSync
 
  private:
   std::shared_ptr<M> module_;
+  std::unique_ptr<GradientReducer> reducer_;
+};
+
+// DDP over a list of parameter tensors, for code that holds tensors rather than a torch::nn::Module
+// (a binding to LibTorch from Java, Rust, C#, Ruby): every rank constructs it with the same list
+// (same count, shapes and order: checked), which gets rank 0's values; then loss.backward() on any
+// graph that reaches them averages their gradients over the ranks, as DistributedDataParallel does.
+//   std::vector<torch::Tensor> params{w, b};  // leaves with requires_grad
+//   ddp::TensorDataParallel ddp(params, pg);
+//   torch::optim::SGD optimizer(params, 0.05);
+class TensorDataParallel {
+ public:
+  // `params`: leaf tensors that require a gradient, each once (else an error naming the fix);
+  // `buffers`: tensors without gradients (running statistics) that get rank 0's values too.
+  TensorDataParallel(std::vector<torch::Tensor> params, std::shared_ptr<ProcessGroup> pg, DdpOptions options = {},
+                     const std::vector<torch::Tensor>& buffers = {})
+      : params_(params),
+        reducer_(std::make_unique<GradientReducer>(std::move(params), std::move(pg), options, buffers)) {}
+
+  const std::vector<torch::Tensor>& parameters() const { return params_; }  // what the optimizer takes
+  size_t bucket_count() const { return reducer_->bucket_count(); }
+  [[nodiscard]] NoSync no_sync() { return NoSync(*reducer_); }  // gradient accumulation: see NoSync
+
+ private:
+  std::vector<torch::Tensor> params_;
   std::unique_ptr<GradientReducer> reducer_;
 };
 

@@ -10,9 +10,9 @@ namespace ddp {
 
 std::string parent_dir(const std::string& path);  // "a/b/c.pt" -> "a/b"; "c.pt" -> "."
 std::string base_name(const std::string& path);   // "a/b/c.pt" -> "c.pt"
-bool path_exists(const std::string& path);
-bool is_directory(const std::string& path);
-void remove_tree(const std::string& path);  // rm -rf, quietly
+bool path_exists(const std::string& path);        // a file, folder or anything else
+bool is_directory(const std::string& path);       // a folder (following links)
+void remove_tree(const std::string& path);        // rm -rf, quietly
 
 // Writes `bytes` to `path` (readable by the user only) through <path>.tmp.<pid> in the same folder:
 // write, fsync, rename over `path`, fsync the folder. A crash at any moment leaves the old file or

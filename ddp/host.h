@@ -6,6 +6,6 @@
 
 namespace ddp {
 
-std::string host_name();
+std::string host_name();  // "" if gethostname fails
 
 }  // namespace ddp

@@ -26,6 +26,13 @@ int64_t fingerprint(const std::vector<std::string>& names, const std::vector<tor
 
 void broadcast_from_rank0(torch::nn::Module& module, const std::vector<std::string>& names,
                           const std::vector<torch::Tensor>& params, ProcessGroup& pg, bool with_buffers) {
+  std::vector<torch::Tensor> buffers;
+  if (with_buffers) buffers = module.buffers(/*recurse=*/true);
+  broadcast_from_rank0(names, params, buffers, pg);
+}
+
+void broadcast_from_rank0(const std::vector<std::string>& names, const std::vector<torch::Tensor>& params,
+                          const std::vector<torch::Tensor>& buffers, ProcessGroup& pg) {
   torch::NoGradGuard no_grad;  // in-place writes into leaves that require grad
   auto mine = torch::tensor({static_cast<int64_t>(params.size()), fingerprint(names, params)}, torch::kInt64)
                   .to(params[0].device());
@@ -39,8 +46,7 @@ void broadcast_from_rank0(torch::nn::Module& module, const std::vector<std::stri
             "every rank must build the same model with the same options");
 
   std::vector<torch::Tensor> state = params;
-  if (with_buffers)
-    for (const auto& b : module.buffers(/*recurse=*/true)) state.push_back(b);
+  state.insert(state.end(), buffers.begin(), buffers.end());
   std::vector<c10::intrusive_ptr<c10d::Work>> works;
   std::vector<std::vector<torch::Tensor>> inputs;
   inputs.reserve(state.size());

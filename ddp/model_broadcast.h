@@ -17,4 +17,9 @@ namespace ddp {
 void broadcast_from_rank0(torch::nn::Module& module, const std::vector<std::string>& names,
                           const std::vector<torch::Tensor>& params, ProcessGroup& pg, bool with_buffers);
 
+// The same for tensors that belong to no module (TensorDataParallel): `buffers` are broadcast too,
+// but not checked (they have no gradient).
+void broadcast_from_rank0(const std::vector<std::string>& names, const std::vector<torch::Tensor>& params,
+                          const std::vector<torch::Tensor>& buffers, ProcessGroup& pg);
+
 }  // namespace ddp

@@ -18,6 +18,7 @@
 #include <optional>
 #include <thread>
 
+#include "ddp/config.h"  // defines: DDPW_HAVE_*, DDPW_TORCH_VERSION
 #include "ddp/device.h"
 #include "ddp/error.h"
 #include "ddp/gloo_backend.h"

@@ -71,8 +71,11 @@ struct ProcessGroupOptions {
   bool join_backend = true;
 };
 
+// One group of all ranks; made by init_process_group, shared by the wrappers that use it.
 class ProcessGroup {
  public:
+  // Meets the other ranks at the launch's store (rendezvous_timeout), then joins the backend
+  // unless options.join_backend is false. Throws ddp::Error naming the host, port and fix.
   ProcessGroup(const LaunchEnv& launch, const torch::Device& device, const ProcessGroupOptions& options);
   ~ProcessGroup();  // shutdown(), or an abort on an error path
   ProcessGroup(const ProcessGroup&) = delete;
@@ -82,10 +85,12 @@ class ProcessGroup {
   // NCCL it first refuses ranks that would share a GPU (bus ids over the store).
   void join_backend();
 
+  // This rank, the world size, "gloo" or "nccl", the device the group's tensors live on.
   int rank() const { return rank_; }
   int size() const { return size_; }
   const std::string& backend_name() const { return backend_name_; }
   const torch::Device& device() const { return device_; }
+  // c10d's own backend and store, for what this class does not wrap (waits: use wait()).
   CommBackend& backend() { return *backend_; }
   c10d::Store& store() { return *store_; }
 
@@ -101,6 +106,7 @@ class ProcessGroup {
 
   // Synchronous: on return the result is on the host's side of the stream (NCCL: host wait).
   void allreduce_sum(torch::Tensor& tensor, const std::string& what = "allreduce");
+  // Rank `root`'s tensors to every rank, in place; synchronous as allreduce_sum.
   void broadcast(std::vector<torch::Tensor>& tensors, int root, const std::string& what = "broadcast");
   // Every rank has reached it and this rank's queued work is done (NCCL too, as PyTorch's barrier).
   void barrier(const std::string& what = "barrier");

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "ddp/checked_file.h"
+#include "ddp/config.h"  // defines: DDPW_HAVE_*, DDPW_TORCH_VERSION
 #include "ddp/error.h"
 #include "ddp/files.h"
 

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "ddp/checked_file.h"
+#include "ddp/config.h"  // defines: DDPW_HAVE_*, DDPW_TORCH_VERSION
 #include "ddp/error.h"
 #include "ddp/sharded_snapshot.h"  // sharded_snapshot_writer: a ZeRO manifest where a plain snapshot is expected
 

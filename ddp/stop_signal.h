@@ -5,7 +5,9 @@
 
 namespace ddp {
 
+// Installs the handlers for SIGTERM, SIGINT and SIGUSR1 (they only set a flag).
 void install_stop_signal_handlers();
+// True once one of them arrived (async-signal-safe to read).
 bool stop_requested();
 int stop_signal();  // the signal that asked, 0 if none
 

@@ -67,9 +67,9 @@ void import_weights(const std::string& path, torch::nn::Module& model) {
   const std::string what = "weights file '" + path + "'";
   // The training snapshots (snapshot.h) are LibTorch archives behind a header, not torch.save's.
   if (bytes.rfind("DDPWSNAP", 0) == 0)
-    throw Error(what + " is a training snapshot of this course, not a state_dict that torch.save wrote",
-                "resume from it with --snapshot, or convert it: model_weights --snapshot " + path +
-                    " --export-weights weights.pt");
+    throw Error(what + " is a training snapshot (save_snapshot), not a state_dict that torch.save wrote",
+                "resume from it with load_snapshot, or convert it: load_model_weights(\"" + path +
+                    "\", model), then export_weights(\"weights.pt\", model)");
   std::map<std::string, torch::Tensor> file;
   std::vector<std::string> twice;
   for (const auto& [name, tensor] : tensor_dict_from_bytes(bytes, what))

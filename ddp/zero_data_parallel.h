@@ -36,6 +36,7 @@
 
 namespace ddp {
 
+// How ZeroDataParallel shards (stage) and buckets.
 struct ZeroOptions {
   int stage = 2;                  // 1: optimizer state sharded; 2: gradients too
   double bucket_mb = 25;          // as DDP's bucket_cap_mb (DeepSpeed: reduce_bucket_size)
@@ -119,6 +120,8 @@ class ZeroReducer {
 template <typename M>
 class ZeroDataParallel {
  public:
+  // Collective, as DistributedDataParallel's: the same model on every rank gets rank 0's weights,
+  // then lives in the flat buckets.
   ZeroDataParallel(std::shared_ptr<M> module, std::shared_ptr<ProcessGroup> pg, ZeroOptions options = {})
       : module_(std::move(module)), reducer_(std::make_shared<ZeroReducer>(module_, std::move(pg), options)) {}
 

@@ -23,6 +23,7 @@
 #include "course/from_options.h"            // defines: process_group_options
 #include "course/options.h"                 // defines: parse_options, launch_overrides
 #include "course/run_main.h"                // defines: run_main
+#include "ddp/config.h"                     // defines: DDPW_HAVE_*, DDPW_TORCH_VERSION
 #include "ddp/device.h"                     // defines: choose_device, device_name
 #include "ddp/host.h"                       // defines: host_name
 #include "ddp/launch_env.h"                 // defines: resolve_launch_env, describe
@@ -36,6 +37,9 @@
 #include <cuda_runtime_api.h>                // defines: cudaDriverGetVersion
 #endif
 #ifdef DDPW_HAVE_NCCL
+#ifndef USE_C10D_NCCL
+#define USE_C10D_NCCL  // NCCLUtils.hpp is guarded by it; not every LibTorch exports it
+#endif
 #include <torch/csrc/distributed/c10d/NCCLUtils.hpp>  // defines: c10d::getNcclVersion
 #endif
 

@@ -26,6 +26,7 @@
 #include "course/from_options.h"            // defines: process_group_options
 #include "course/options.h"                 // defines: parse_options
 #include "course/run_main.h"                // defines: run_main, ddp::Error (error.h)
+#include "ddp/config.h"                     // defines: DDPW_HAVE_*, DDPW_TORCH_VERSION
 #include "ddp/cuda_check.h"                 // defines: check_cuda_support (LibTorch's archs, the driver)
 #include "ddp/device.h"                     // defines: choose_device, device_name, gpu_bus_id
 #include "ddp/distributed_data_parallel.h"  // defines: DistributedDataParallel (the DDP check)

@@ -17,6 +17,7 @@
 #include "course/options.h"       // defines: Options, parse_options
 #include "course/run_main.h"      // defines: run_main
 #include "course/workload.h"      // defines: make_workload (model, --init-weights), evaluate
+#include "ddp/config.h"           // defines: DDPW_HAVE_*, DDPW_TORCH_VERSION
 #include "ddp/data.h"             // defines: DistributedSampler, Loader (the first training batch)
 #include "ddp/device.h"           // defines: choose_device
 #include "ddp/snapshot.h"         // defines: load_model_weights

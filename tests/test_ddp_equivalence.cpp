@@ -3,11 +3,15 @@
 // whole batch, after 25 optimizer steps, for a float64 multi-layer model spread over several
 // buckets (the scenarios are in ddp_scenarios.h; the GPU suite runs them on CUDA tensors). Each
 // rank computes the single-process reference itself (no communication), so the comparison is
-// independent of the code under test.
+// independent of the code under test. TensorDataParallel (DDP over a list of tensors) is checked
+// against the module form, step by step.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <string>
+#include <vector>
 
 #include "ddp/distributed_data_parallel.h"
 #include "ddp_scenarios.h"
@@ -152,6 +156,107 @@ TEST(DdpEquivalence, DifferentModelsOnRanksAreAnError) {
                                     return std::string(e.what()).find("different models") != std::string::npos ? 0 : 1;
                                   }
                                   return 1;
+                                }),
+            0);
+}
+
+// TensorDataParallel: the MLP's weights as plain tensors (fresh leaves, no module), a functional
+// forward over them, and the same training as DistributedDataParallel on the module: micro-batches
+// under no_sync, several buckets. Both end equal to each other and to one process on the whole batch.
+int tensors_equal_module(int rank, std::shared_ptr<ddp::ProcessGroup> pg) {
+  constexpr int kMicro = 2;
+  const int world = pg->size();
+  auto model = make_mlp(100 + rank);  // every rank starts apart: both wraps must give rank 0's weights
+  auto reference = make_mlp(100);
+  std::vector<torch::Tensor> params;
+  for (const auto& p : make_mlp(100 + rank)->parameters()) params.push_back(p.detach().clone().requires_grad_(true));
+  ddp::DdpOptions options;
+  options.bucket_mb = 0.02;  // several buckets, as the module form
+  ddp::DistributedDataParallel<MlpImpl> ddp_model(model, pg, options);
+  ddp::TensorDataParallel ddp_tensors(params, pg, options);
+  if (ddp_tensors.bucket_count() != ddp_model.bucket_count() || ddp_tensors.bucket_count() < 3) {
+    std::fprintf(stderr, "buckets: %zu over tensors, %zu over the module\n", ddp_tensors.bucket_count(),
+                 ddp_model.bucket_count());
+    return 1;
+  }
+  // l1.weight, l1.bias, ..., l4.bias: the module's registration order.
+  auto forward = [&](const torch::Tensor& x) {
+    auto h = x;
+    for (size_t layer = 0; layer < 4; ++layer) {
+      h = torch::linear(h, params[2 * layer], params[2 * layer + 1]);
+      if (layer < 3) h = torch::tanh(h);
+    }
+    return h;
+  };
+  auto difference = [&](torch::nn::Module& m) {
+    double worst = 0;
+    const auto mp = m.parameters();
+    for (size_t i = 0; i < params.size(); ++i) worst = std::max(worst, (params[i] - mp[i]).abs().max().item<double>());
+    return worst;
+  };
+  if (difference(*reference) != 0) {
+    std::fprintf(stderr, "rank %d: the tensors differ from rank 0's after the wrap\n", rank);
+    return 1;
+  }
+  torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
+  torch::optim::SGD tensor_opt(ddp_tensors.parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
+  torch::optim::SGD ref_opt(reference->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
+  double worst_step = 0;
+  for (int step = 0; step < kSteps; ++step) {
+    opt.zero_grad();
+    tensor_opt.zero_grad();
+    ref_opt.zero_grad();
+    for (int m = 0; m < kMicro; ++m) {
+      auto [x, y] = batch(step * kMicro + m);
+      const auto xs = shard(x, rank, world), ys = shard(y, rank, world);
+      if (m + 1 < kMicro) {
+        auto pause_module = ddp_model.no_sync();
+        auto pause_tensors = ddp_tensors.no_sync();
+        torch::mse_loss(ddp_model->forward(xs), ys).backward();
+        torch::mse_loss(forward(xs), ys).backward();
+      } else {
+        torch::mse_loss(ddp_model->forward(xs), ys).backward();
+        torch::mse_loss(forward(xs), ys).backward();
+      }
+      torch::mse_loss(reference->forward(x), y).backward();
+    }
+    opt.step();
+    tensor_opt.step();
+    ref_opt.step();
+    worst_step = std::max(worst_step, difference(*model));
+  }
+  const double to_reference = difference(*reference), moved = max_difference(*make_mlp(100), *reference);
+  std::printf(
+      "rank %d of %d: max |tensors - module| = %.3g over %d steps, |tensors - single process| = %.3g, "
+      "weights moved by up to %.3g\n",
+      rank, world, worst_step, kSteps, to_reference, moved);
+  return worst_step <= kTolerance && to_reference <= kTolerance && moved > 1e-3 ? 0 : 1;
+}
+
+TEST(DdpEquivalence, TensorListEqualsModuleForm) {
+  EXPECT_EQ(ddp_test::run_ranks(2, [](int r, auto pg) { return tensors_equal_module(r, pg); }), 0);
+}
+
+TEST(DdpEquivalence, TensorListRefusesWhatIsNotAParameter) {
+  EXPECT_EQ(ddp_test::run_ranks(1,
+                                [](int, auto pg) {
+                                  auto w = torch::ones({3}, torch::requires_grad());
+                                  auto refused = [&](std::vector<torch::Tensor> params, const std::string& what) {
+                                    try {
+                                      ddp::TensorDataParallel ddp_tensors(std::move(params), pg);
+                                    } catch (const ddp::Error& e) {
+                                      if (std::string(e.what()).find(what) != std::string::npos) return true;
+                                      std::fprintf(stderr, "unexpected error: %s\n", e.what());
+                                      return false;
+                                    }
+                                    std::fprintf(stderr, "no error for: %s\n", what.c_str());
+                                    return false;
+                                  };
+                                  const bool ok = refused({w, w * 2}, "params[1] is not a leaf tensor") &&
+                                                  refused({w, torch::ones({2})}, "params[1] is not a leaf tensor") &&
+                                                  refused({w, w}, "params[1] is params[0] again") &&
+                                                  refused({}, "got no parameter tensors");
+                                  return ok ? 0 : 1;
                                 }),
             0);
 }

@@ -24,6 +24,7 @@
 #include <string>
 #include <thread>
 
+#include "ddp/config.h"  // defines: DDPW_HAVE_*, DDPW_TORCH_VERSION
 #include "ddp/device.h"
 #include "ddp/distributed_data_parallel.h"
 #include "ddp/error.h"

@@ -50,7 +50,7 @@ expect_refused truncated.pt "is truncated or damaged"
 expect_refused cnn.pt "does not fit the model.*missing fc.weight \[1, 20\].*unexpected conv1.bias \[32\]"
 expect_refused shape.pt "fc.weight has shape \[1, 21\] in the file, \[1, 20\] in the model"
 expect_refused dtype.pt "fc.bias is float64 in the file, float32 in the model"
-expect_refused snapshot.pt "is a training snapshot of this course"
+expect_refused snapshot.pt "is a training snapshot \(save_snapshot\), not a state_dict"
 
 rc=0
 run_logged missing.log "$BIN/step0_single_gpu" 1 1 --device cpu --init-weights no-such.pt || rc=$?

@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# The library as a LibTorch user gets it. `cmake --install` puts this build's library under a
+# temporary prefix (the library only: no course/, no CLI11); examples/train_ddp, a project of its
+# own, finds it with find_package(ddpw). Two tests run this script:
+#   build.package_consumer (no argument): builds train_single (plain LibTorch) and train_ddp (the
+#     same loop made distributed); train_single trains, and train_ddp runs under torchrun with 2
+#     ranks on the CPU (Gloo): both ranks end with the same weights, near train_single's.
+#   build.installed_headers_alone (--headers): each installed header compiles alone (-fsyntax-only).
+set -euo pipefail
+root=${DDPW_ROOT:?DDPW_ROOT must point at the project}
+build=${DDPW_BUILD_DIR:?DDPW_BUILD_DIR must be the build folder}
+torch_dir=${DDPW_TORCH_DIR:?DDPW_TORCH_DIR must be the Torch_DIR of the build}
+mode=${1:-consumer}
+VENV_BIN=${DDPW_HOME:-$HOME/.cache/ddp-workshop}/venv/bin
+[ -d "$VENV_BIN" ] && PATH=$PATH:$VENV_BIN
+fail() { echo "FAIL: $*" >&2; exit 1; }
+show_fail() { tail -n 40 "$1" >&2; fail "$2 (log: the lines above)"; }
+work=$(mktemp -d /tmp/ddpw-package.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+trap 'exit 143' TERM  # a timeout (ctest's) still removes the folder
+cd "$work"
+
+start=$(date +%s)
+cmake --install "$build" --prefix "$work/prefix" >install.log 2>&1 || show_fail install.log "cmake --install"
+[ -f prefix/lib/cmake/ddpw/ddpwConfig.cmake ] && [ -f prefix/lib/cmake/ddpw/ddpwConfigVersion.cmake ] ||
+  fail "no ddpwConfig.cmake / ddpwConfigVersion.cmake under lib/cmake/ddpw"
+[ -f prefix/include/ddp/distributed_data_parallel.h ] && [ -f prefix/include/ddp/config.h ] ||
+  fail "the headers (and the generated ddp/config.h) are not under include/ddp"
+[ ! -e prefix/include/course ] || fail "the course's scaffolding was installed"
+if grep -rlE 'CLI/|nlohmann|fmt/' prefix/include >/dev/null; then
+  fail "an installed header includes CLI11, nlohmann-json or fmt: $(grep -rlE 'CLI/|nlohmann|fmt/' prefix/include)"
+fi
+
+generator=()
+command -v ninja >/dev/null && generator=(-G Ninja)
+headers=OFF
+[ "$mode" = --headers ] && headers=ON
+cmake -S "$root/examples/train_ddp" -B consumer "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_PREFIX_PATH="$work/prefix" -DTorch_DIR="$torch_dir" -DCHECK_HEADERS=$headers >configure.log 2>&1 ||
+  show_fail configure.log "the consumer's configure (find_package(ddpw))"
+
+if [ "$mode" = --headers ]; then
+  cmake --build consumer --target headers_alone --parallel "$(nproc)" >build.log 2>&1 ||
+    show_fail build.log "an installed header does not compile alone"
+  count=$(find prefix/include/ddp -name '*.h' | wc -l)
+  echo "PASS: each of the $count installed headers compiles alone, $(( $(date +%s) - start )) s"
+  exit 0
+fi
+
+cmake --build consumer --parallel "$(nproc)" >build.log 2>&1 || show_fail build.log "the consumer's build"
+echo "installed, configured and built the consumer in $(( $(date +%s) - start )) s"
+command -v torchrun >/dev/null || fail "torchrun not found (scripts/setup.sh installs it in its venv)"
+
+timeout 120 consumer/train_single >single.log 2>&1 || show_fail single.log "train_single"
+grep -q '^final weights checksum' single.log || show_fail single.log "train_single printed no checksum"
+
+export CUDA_VISIBLE_DEVICES=  # the CPU and Gloo, as CI
+timeout --kill-after=10 180 torchrun --standalone --nproc_per_node=2 --no-python consumer/train_ddp \
+  >ddp.log 2>&1 || show_fail ddp.log "train_ddp under torchrun (2 ranks)"
+lines=$(grep -cE '^rank [01] final weights checksum' ddp.log || true)
+[ "$lines" -eq 2 ] || show_fail ddp.log "expected a checksum line from each of the 2 ranks, got $lines"
+sums=$(grep -E '^rank [01] final weights checksum' ddp.log | awk '{print $NF}' | sort -u)
+[ "$(echo "$sums" | wc -l)" -eq 1 ] || show_fail ddp.log "the ranks ended with different weights: $sums"
+grep -q '^epoch 4:' ddp.log || show_fail ddp.log "rank 0 printed no epoch lines"
+
+# Equal weights prove nothing if nothing trained. Both programs learn y = x·w + 0.5 with w evenly
+# spaced from -1 to 1, whose weights' checksum is 70.5 (sum of k·w_k for k = 1..20, plus the bias);
+# the initial weights' is near 0. Each rank takes 16 samples a step, 32 in all as train_single:
+# the same training on another shuffle, so it ends near train_single's weights (measured: 70.05
+# against 69.83) and its loss falls as train_single's does.
+single=$(awk '/^final weights checksum/ {print $NF}' single.log)
+loss() { awk -v e="$2" '$1 == "epoch" && $2 == e":" {print $NF}' "$1"; }
+awk -v s="$single" -v d="$sums" -v s0="$(loss single.log 0)" -v s4="$(loss single.log 4)" \
+    -v d0="$(loss ddp.log 0)" -v d4="$(loss ddp.log 4)" 'BEGIN {
+  abs_s = s - 70.5; if (abs_s < 0) abs_s = -abs_s
+  gap = d - s; if (gap < 0) gap = -gap
+  exit !(abs_s < 2 && gap < 1 && s4 < s0 / 4 && d4 < d0 / 4)
+}' || fail "train_ddp did not train as train_single does: checksums $sums (2 ranks) against $single (one" \
+           "process; the target's: 70.5); first and last epoch's loss $(loss ddp.log 0), $(loss ddp.log 4) against" \
+           "$(loss single.log 0), $(loss single.log 4)"
+echo "PASS: find_package(ddpw) from a temporary prefix; train_ddp under torchrun: 2 ranks, equal weights" \
+     "(checksum $sums, one process: $single; loss $(loss ddp.log 0) -> $(loss ddp.log 4)); $(( $(date +%s) - start )) s in all"
