@@ -1,5 +1,10 @@
 // defines: DistributedDataParallel — PyTorch's DDP for any torch::nn::Module, in C++.
 //   * At construction, parameters and buffers are broadcast from rank 0 (ranks may start apart).
+//   * The forward is ddp_model(x) or ddp_model.forward(x), as PyTorch's ddp_model(x): with
+//     broadcast_buffers (the default) it first broadcasts rank 0's buffers (BatchNorm's running
+//     statistics) when PyTorch would (forward_sync.h). ddp_model->forward(x) reaches the plain
+//     module and skips that; the next backward fails, naming the fix, if the skip lost something
+//     (a buffer changed). SyncBatchNorm layers without a process group get this one.
 //   * During backward, each parameter's gradient accumulator fires a hook once .grad is final;
 //     when a bucket (~bucket_mb; the first 1 MiB, as PyTorch) is complete its allreduce starts at
 //     once, in bucket order, so communication overlaps the rest of backward. A callback at the
@@ -25,9 +30,11 @@
 #include <atomic>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ddp/flat_buckets.h"
+#include "ddp/forward_sync.h"
 #include "ddp/gradient_hooks.h"
 #include "ddp/process_group.h"
 
@@ -37,7 +44,7 @@ namespace ddp {
 struct DdpOptions {
   double bucket_mb = 25;  // as PyTorch's bucket_cap_mb
   bool find_unused_parameters = false;
-  bool broadcast_buffers = true;  // at construction
+  bool broadcast_buffers = true;  // at construction and before forwards (PyTorch's default)
 };
 
 // The engine behind DistributedDataParallel and TensorDataParallel (no template: compiled once).
@@ -122,10 +129,28 @@ template <typename M>
 class DistributedDataParallel {
  public:
   // Collective: every rank calls it with the same model (checked), which then holds rank 0's weights.
+  // forward_ before reducer_: its gradient hooks run first (its check comes before any gradient is sent).
   DistributedDataParallel(std::shared_ptr<M> module, std::shared_ptr<ProcessGroup> pg, DdpOptions options = {})
-      : module_(std::move(module)), reducer_(std::make_unique<GradientReducer>(module_, std::move(pg), options)) {}
+      : module_(std::move(module)),
+        forward_(std::make_unique<ForwardSync>(module_, pg, options.broadcast_buffers)),
+        reducer_(std::make_unique<GradientReducer>(module_, std::move(pg), options)) {}
 
-  M* operator->() const { return module_.get(); }               // model->forward(x), as on the plain module
+  // The module's forward with DDP's work around it (PyTorch's DistributedDataParallel.forward).
+  template <typename... Args>
+  auto forward(Args&&... args) -> decltype(std::declval<M&>().forward(std::forward<Args>(args)...)) {
+    forward_->before_forward();
+    decltype(auto) out = module_->forward(std::forward<Args>(args)...);
+    forward_->after_forward(reducer_->sync_enabled());
+    return out;
+  }
+  template <typename... Args>
+  auto operator()(Args&&... args) -> decltype(std::declval<M&>().forward(std::forward<Args>(args)...)) {
+    return forward(std::forward<Args>(args)...);
+  }
+  // Rank 0's buffers to every rank now (all ranks call it), e.g. before an evaluation through ->.
+  void sync_buffers() { forward_->broadcast_buffers(); }
+
+  M* operator->() const { return module_.get(); }               // the plain module: parameters(), train(), ...
   const std::shared_ptr<M>& module() const { return module_; }  // for checkpoints: a plain module
   size_t bucket_count() const { return reducer_->bucket_count(); }
 
@@ -134,6 +159,7 @@ class DistributedDataParallel {
 
  private:
   std::shared_ptr<M> module_;
+  std::unique_ptr<ForwardSync> forward_;
   std::unique_ptr<GradientReducer> reducer_;
 };
 

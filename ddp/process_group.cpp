@@ -309,6 +309,7 @@ ProcessGroup::ProcessGroup(const LaunchEnv& launch, const torch::Device& device,
                 "start one copy of the program per rank: do not run a self-spawning program under torchrun/mpirun, "
                 "and give concurrent jobs different master ports");
   }
+  trace_ = std::make_unique<CollectiveTrace>(store_, rank_, size_);
   if (options.join_backend) join_backend();
 }
 
@@ -360,6 +361,7 @@ ProcessGroup::~ProcessGroup() {
 void ProcessGroup::shutdown() {
   if (shut_down_) return;
   shut_down_ = true;
+  if (trace_) trace_->stop();           // before the store may go
   if (failed_) return abort_backend();  // NCCL only; the peers learnt of it from the store
   try {
     if (backend_ && backend_name_ == "nccl") {
@@ -430,7 +432,11 @@ void ProcessGroup::note_failure(const std::string& message, bool publish) noexce
 
 void ProcessGroup::fail(const std::string& what, double waited_s, const std::string& why, bool publish) {
   note_failure("rank " + std::to_string(rank_) + ": " + what + " failed: " + why, publish);
-  throw collective_error(what, rank_, size_, waited_s, seconds(collective_timeout_), why);
+  const std::string others = trace_ ? trace_->report() : "";
+  throw collective_error(what, rank_, size_, waited_s, seconds(collective_timeout_),
+                         others.empty() ? why
+                                        : why + (why.empty() || why.back() == '.' || why.back() == '!' ? " " : ". ") +
+                                              "Where the ranks are: " + others);
 }
 
 std::string ProcessGroup::group_failure() {
@@ -455,6 +461,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroup::allreduce_sum_async(std::vector<tor
 }
 
 void ProcessGroup::wait(const c10::intrusive_ptr<c10d::Work>& work, const std::string& what) {
+  if (trace_) trace_->entering(what);
+  finish_wait(work, what);
+}
+
+void ProcessGroup::finish_wait(const c10::intrusive_ptr<c10d::Work>& work, const std::string& what) {
   const auto start = Clock::now();
   try {
     // NCCL: wait() only makes this thread's stream wait (the GPU keeps overlapping); its watchdog
@@ -471,6 +482,7 @@ void ProcessGroup::wait(const c10::intrusive_ptr<c10d::Work>& work, const std::s
 }
 
 void ProcessGroup::wait_on_host(const c10::intrusive_ptr<c10d::Work>& work, const std::string& what) {
+  if (trace_) trace_->entering(what);
   HostWaitPolicy policy;
   policy.timeout = collective_timeout_;
   policy.stop_grace = stop_grace_;
@@ -483,8 +495,8 @@ void ProcessGroup::wait_on_host(const c10::intrusive_ptr<c10d::Work>& work, cons
     fail(what, 0, text_of(e));
   }
   switch (r.end) {
-    case HostWaitEnd::kCompleted: return wait(work, what);  // a failed work throws its own error here
-    case HostWaitEnd::kFailed:                              // a peer's published failure is not published again
+    case HostWaitEnd::kCompleted: return finish_wait(work, what);  // a failed work throws its own error here
+    case HostWaitEnd::kFailed:                                     // a peer's published failure is not published again
       fail(what, r.waited_s, r.why, /*publish=*/r.why.rfind("rank ", 0) != 0);
     case HostWaitEnd::kTimedOut: fail(what, r.waited_s, r.why);
     case HostWaitEnd::kStopGraceOver:

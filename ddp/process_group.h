@@ -29,6 +29,8 @@
 //    watchdog's verdict.
 //  * Every failure is one ddp::Error, for both backends (collective_error):
 //      "<what> failed on rank r of n after waiting X s (timeout Y s): <why>" (fix: ...).
+//    <why> ends with where the other ranks are, when some are not in this collective: the ranks
+//    that never arrived and what each last entered, kept in the store (collective_trace.h).
 //    A failing rank publishes "rank r: ..." in the store and, on NCCL, aborts its communicator at
 //    once, so the NCCL peers waiting on the host fail within a second, naming it, not at their
 //    timeout.
@@ -51,6 +53,7 @@
 #include <string>
 #include <vector>
 
+#include "ddp/collective_trace.h"
 #include "ddp/error.h"
 #include "ddp/launch_env.h"
 
@@ -125,6 +128,7 @@ class ProcessGroup {
   void store_barrier(const std::string& name, int expected, bool count_me, bool wait_here,
                      std::chrono::milliseconds timeout);
   void abort_backend() noexcept;
+  void finish_wait(const c10::intrusive_ptr<c10d::Work>& work, const std::string& what);  // wait(), uncounted
 
   int rank_, size_;
   std::string backend_name_;
@@ -134,6 +138,7 @@ class ProcessGroup {
   bool loopback_master_ = false;  // Gloo then binds to 127.0.0.1
   bool failed_ = false, aborted_ = false, shut_down_ = false;
   c10::intrusive_ptr<c10d::Store> store_;
+  std::unique_ptr<CollectiveTrace> trace_;   // each rank's last collective, in the store (collective_trace.h)
   c10::intrusive_ptr<CommBackend> backend_;  // declared after store_: destroyed before it
   torch::Device device_;
   int64_t gather_round_ = 0;

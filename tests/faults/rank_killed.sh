@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Fault: a rank dies (SIGKILL) or hangs (SIGSTOP) in the middle of an epoch. Every other rank must
 # exit non-zero by itself within the collective timeout (10 s; 5 s for the hang) plus a few
-# seconds, saying which collective failed. Under torchrun the agent then ends; in step 1 the
+# seconds, saying which collective failed and where the ranks were (the stopped rank's last
+# collective, kept in the store). Under torchrun the agent then ends; in step 1 the
 # parent ends the others and names the rank that died.
 source "$(dirname "$0")/lib.sh"
 args=(100 1 --batch-size 8 --threads 1 --rendezvous-timeout 30 --collective-timeout 10)
@@ -17,6 +18,8 @@ for r in 0 2; do
   [ "$rc" -ne 0 ] || fail "three ranks: rank $r exited 0 after rank 1 was killed"
   over "$took" 13 && fail "three ranks: rank $r took ${took}s to stop"
   grep -qE "failed on rank $r of 3 .*another rank probably died" "rank$r.log" || { cat "rank$r.log"; fail "rank $r: no message"; }
+  # Where the others were, from the store (collective_trace.h): rank 1's record outlives it.
+  grep -qE "Where the ranks are: this rank \($r\) is in #[0-9]+ '" "rank$r.log" || { cat "rank$r.log"; fail "rank $r: no word on where the ranks are"; }
   echo "ok   3 ranks, rank 1 killed: rank $r exit $rc after ${took}s: $(grep -m1 error: "rank$r.log" | cut -c1-120)"
 done
 cd "$WORK"
@@ -43,6 +46,8 @@ kill -9 "${RANK_PIDS[1]}"
 [ "$rc" -ne 0 ] || fail "hung rank: rank 0 exited 0"
 over "$took" 8 && fail "hung rank: rank 0 took ${took}s, the collective timeout is 5 s"
 grep -q 'failed on rank 0 of 2 after waiting 5.* (timeout 5.0 s)' rank0.log || { cat rank0.log; fail "rank 0: no timeout message"; }
+grep -qE "Where the ranks are: this rank \(0\) is in #[0-9]+ '.*'; (rank 1 @ [^ ]+ never arrived at|every other rank entered it too)" rank0.log \
+  || { cat rank0.log; fail "rank 0: the timeout does not say where rank 1 is"; }
 echo "ok   2 ranks, rank 1 stopped: rank 0 exit $rc after ${took}s (timeout 5 s)"
 cd "$WORK"
 
