@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "ddp/comm_hooks.h"
 #include "ddp/error.h"
 #include "ddp/model_broadcast.h"
 
@@ -131,7 +132,7 @@ void GradientReducer::launch_ready_buckets() {
   // Strictly in bucket order: every rank must issue the same collectives in the same order.
   while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].pending == 0) {
     Bucket& b = buckets_[next_bucket_++];
-    b.work = sum_over_ranks(b.flat_list);
+    b.work = options_.bf16_compress ? start_bf16_allreduce(*pg_, b.flat, b.wire) : sum_over_ranks(b.flat_list);
   }
 }
 
@@ -200,6 +201,7 @@ void GradientReducer::point_grads_at_buckets() {
   for (size_t k = 0; k < buckets_.size(); ++k) {
     Bucket& b = buckets_[k];
     wait_for(b.work, b.what);
+    if (options_.bf16_compress) finish_bf16_allreduce(b.wire, b.flat);
     for (size_t slot = 0; slot < b.params.size(); ++slot) {
       const size_t i = b.params[slot];
       if (keep_undefined_[i]) continue;

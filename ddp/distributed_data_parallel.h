@@ -6,6 +6,8 @@
 //     end of backward waits for all buckets and points each .grad at its averaged slice of the
 //     bucket (PyTorch's gradient_as_bucket_view: no copy back) before backward() returns.
 //     At world size 1 the allreduce (the identity) is not sent; everything else runs as usual.
+//   * bf16_compress: each bucket is sent as bfloat16 and summed in bfloat16 (PyTorch's
+//     bf16_compress_hook, comm_hooks.h): half the bytes on the wire, gradients rounded to bfloat16.
 //   * no_sync() skips the allreduce for gradient accumulation; the next synced backward averages
 //     the accumulated gradients.
 //   * A parameter without a gradient is an error naming it. With find_unused_parameters it counts
@@ -35,6 +37,7 @@ struct DdpOptions {
   double bucket_mb = 25;  // as PyTorch's bucket_cap_mb
   bool find_unused_parameters = false;
   bool broadcast_buffers = true;  // at construction
+  bool bf16_compress = false;     // PyTorch's bf16_compress_hook: buckets travel as bfloat16
 };
 
 // The engine behind DistributedDataParallel (no template: compiled once).
@@ -57,6 +60,7 @@ class GradientReducer {
     std::vector<torch::Tensor> flat_list;  // {flat}: what the allreduce takes
     std::vector<torch::Tensor> slices;     // each parameter's part of `flat` (1-D), made once
     torch::Tensor world_size;              // 0-dim (CPU, the bucket's dtype): gradients enter divided by it
+    torch::Tensor wire;                    // bf16_compress: the bucket as it is sent
     std::string what;                      // names the bucket's allreduce in errors
     size_t pending = 0;                    // parameters whose gradient is not ready yet
     c10::intrusive_ptr<c10d::Work> work;
