@@ -82,7 +82,11 @@ ddp::TensorDict run(std::map<std::string, torch::Tensor>& in, const std::string&
     torch::Tensor loss;
     {
       ddp::Autocast amp({.device_type = torch::kCPU, .dtype = torch::kHalf});
-      loss = torch::mse_loss(model->forward(in.at("x" + std::to_string(step))), in.at("y" + std::to_string(step)));
+      // (not "x" + std::to_string(step): GCC 12 warns falsely on that inlined concatenation)
+      std::string x_key = "x", y_key = "y";
+      x_key += std::to_string(step);
+      y_key += std::to_string(step);
+      loss = torch::mse_loss(model->forward(in.at(x_key)), in.at(y_key));
     }
     scaler.scale(loss).backward();
     std::vector<torch::Tensor> before;
