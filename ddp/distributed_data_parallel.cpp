@@ -57,6 +57,7 @@ void GradientReducer::build_buckets(double bucket_mb) {
 }
 
 void GradientReducer::start_backward() {
+  if (before_sync_) before_sync_();  // Join: first, so that a failure there leaves nothing half-sent
   for (auto& b : buckets_) {
     b.pending = b.params.size();
     b.work.reset();
@@ -192,6 +193,33 @@ void GradientReducer::finish_backward() {
                 "find_unused_parameters = true (--find-unused-parameters) to treat them as zero");
   }
   point_grads_at_buckets();
+}
+
+void GradientReducer::shadow_backward() {
+  DDP_CHECK(!in_backward_, "a joined rank cannot shadow the others while its own backward runs",
+            "call Join::finish() after this rank's last step, outside backward()");
+  torch::NoGradGuard no_grad;
+  // The same collectives, in the same order, as finish_backward on the other ranks: the buckets,
+  // then (find_unused_parameters) which parameters have a gradient; this rank adds zeros to both.
+  for (auto& b : buckets_) {
+    b.flat.zero_();
+    b.pending = 0;
+  }
+  next_bucket_ = 0;
+  launch_ready_buckets();
+  c10::intrusive_ptr<c10d::Work> used_work;
+  if (options_.find_unused_parameters) {
+    used_anywhere_.zero_();
+    used_work = sum_over_ranks(used_list_);
+  }
+  for (auto& b : buckets_) {
+    wait_for(b.work, b.what + ", shadowed by a joined rank");
+    if (options_.bf16_compress) finish_bf16_allreduce(b.wire, b.flat);
+    b.work.reset();
+    b.pending = b.params.size();
+  }
+  wait_for(used_work, "allreduce of which parameters have gradients, shadowed by a joined rank");
+  next_bucket_ = 0;
 }
 
 // Waits for every bucket and makes each .grad its averaged slice of the bucket (no copy back). The

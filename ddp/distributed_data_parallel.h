@@ -15,6 +15,7 @@
 //     rank has a gradient for keeps .grad undefined, so the optimizer leaves it alone (PyTorch).
 //     Which ones have a gradient anywhere is summed over the ranks alongside the buckets; as in
 //     PyTorch, the host reads that sum (and so waits for it) only when a parameter had none here.
+//   * Ranks with different numbers of batches: train inside a ddp::Join (join.h, PyTorch's Join).
 //   * An exception inside backward (an error in a hook, out of memory) abandons that pass: the next
 //     backward starts afresh, or, if part of the gradients had already been sent, raises an error
 //     that says the ranks are out of step (they would otherwise average different batches).
@@ -23,6 +24,7 @@
 #include <torch/torch.h>
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -51,6 +53,13 @@ class GradientReducer {
   void set_sync(bool enabled) { sync_enabled_ = enabled; }
   bool sync_enabled() const { return sync_enabled_; }
   size_t bucket_count() const { return buckets_.size(); }
+
+  // For Join (join.h). Called at the start of every synced backward, before any bucket is sent.
+  void set_before_sync(std::function<void()> f) { before_sync_ = std::move(f); }
+  // A rank with no batch left matches one synced backward of the others: every bucket's allreduce
+  // (and the used-parameter one) in order, with zeros, waited for. Leaves .grad as the others' average.
+  void shadow_backward();
+  ProcessGroup& process_group() { return *pg_; }
 
  private:
   struct Bucket {
@@ -94,6 +103,7 @@ class GradientReducer {
   // Set when the engine dropped this backward's end-of-backward callback unrun (an exception).
   std::shared_ptr<std::atomic<bool>> abandoned_ = std::make_shared<std::atomic<bool>>(false);
   bool sync_enabled_ = true;
+  std::function<void()> before_sync_;     // Join's flag, while a Join lives
   std::unique_ptr<GradientHooks> hooks_;  // last: destroyed first, so no hook runs on a half-gone reducer
 };
 
@@ -106,6 +116,7 @@ class DistributedDataParallel {
   M* operator->() const { return module_.get(); }               // model->forward(x), as on the plain module
   const std::shared_ptr<M>& module() const { return module_; }  // for checkpoints: a plain module
   size_t bucket_count() const { return reducer_->bucket_count(); }
+  GradientReducer& reducer() { return *reducer_; }  // for Join (join.h)
 
   // While a NoSync lives, backward() only accumulates locally (no communication).
   class NoSync {
