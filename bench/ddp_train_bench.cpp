@@ -15,6 +15,9 @@
 //   by the world size), as pytorch/examples' cpp/distributed does.
 // --mode local: no gradient exchange at all (each rank trains alone on its shard): the baseline
 //   that says what the machine gives N ranks that do not communicate, and so what DDP costs.
+// --precision bf16|fp16: mixed precision as the course's --precision (course/workload.h): the forward
+//   and the loss under autocast, float32 parameters and optimizer state; fp16 also scales the loss
+//   (ddp::GradScaler attached to the optimizer: unscale, skip on inf/NaN, update, on the device).
 // --allreduce-bytes N: instead of training, the allreduce bus bandwidth of an N-byte buffer next
 //   to rank 0's memcpy bandwidth (on a GPU: a device-to-device copy of the same size).
 // A timed step = cut the batch, zero_grad, forward, loss, backward, (naive: allreduce), optimizer
@@ -47,6 +50,7 @@
 #include "course/models.h"                  // defines: Model, LinearRegressor, MnistCnn
 #include "course/run_main.h"                // defines: run_main; Error, exit codes (error.h)
 #include "course/sync_counter.h"            // defines: SyncCounter (host synchronizations per step)
+#include "course/workload.h"                // defines: MixedPrecision, attach_grad_scaler (--precision)
 #include "ddp/adadelta.h"                   // defines: Adadelta (the CNN's optimizer)
 #include "ddp/config.h"                     // defines: DDPW_HAVE_*, DDPW_TORCH_VERSION
 #include "ddp/data.h"                       // defines: Dataset, DistributedSampler, Loader
@@ -82,8 +86,9 @@ struct BenchOptions {
   uint64_t seed = 0;
   double timeout_s = 300;
   bool no_header = false;
-  int64_t allreduce_bytes = 0;  // > 0: measure bandwidth instead of training
-  std::string tf32 = "off";     // CUDA: TF32 for matmul and cuDNN (python_ddp.py sets the same)
+  int64_t allreduce_bytes = 0;     // > 0: measure bandwidth instead of training
+  std::string tf32 = "off";        // CUDA: TF32 for matmul and cuDNN (python_ddp.py sets the same)
+  std::string precision = "fp32";  // fp32 | bf16 | fp16 (autocast; fp16 with the GradScaler)
 };
 
 BenchOptions parse(int argc, char** argv) {
@@ -119,6 +124,9 @@ BenchOptions parse(int argc, char** argv) {
       ->check(CLI::Range(int64_t{4}, int64_t{1} << 34));
   app.add_option("--tf32", o.tf32, "CUDA: TensorFloat-32 in matmuls and convolutions (cudnn.benchmark stays off)")
       ->check(CLI::IsMember({"off", "on"}));
+  app.add_option("--precision", o.precision,
+                 "fp32, bf16 (autocast) or fp16 (autocast and ddp::GradScaler), as the course's --precision")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -168,11 +176,19 @@ Workload make_workload(const BenchOptions& o, const torch::Device& device) {
     w.loss = [](const torch::Tensor& out, const torch::Tensor& y) { return torch::cross_entropy_loss(out, y); };
   }
   w.model->to(device);
+  // --precision: the course's own mixed precision (autocast in the model's forward and the loss; fp16:
+  // the loss's gradient scaled, the scaler attached to the optimizer).
+  ddp::GradScalerOptions scaler;
+  scaler.enabled = o.precision == "fp16";
+  ddpw::MixedPrecision amp(o.precision, scaler);
+  amp.apply_to(*w.model);
+  w.loss = amp.wrap(w.loss);
   // Multi-tensor kernels on a GPU, one tensor at a time on the CPU: torch.optim's defaults.
   if (o.workload == "cnn")
     w.optimizer = std::make_unique<ddp::Adadelta>(w.model->parameters(), 1.0);
   else
     w.optimizer = std::make_unique<ddp::Sgd>(w.model->parameters(), torch::optim::SGDOptions(1e-2));
+  ddpw::attach_grad_scaler(*w.optimizer, *w.model);
   return w;
 }
 
@@ -436,6 +452,12 @@ int train_bench(const BenchOptions& o, const ddp::LaunchEnv& launch, ddp::Proces
     std::printf("# timing: %s\n", timer.method());
     std::printf("# optimizer: %s (%s)\n", o.workload == "cnn" ? "ddp::Adadelta" : "ddp::Sgd",
                 device.is_cuda() ? "multi-tensor foreach kernels" : "per tensor, as torch.optim on the CPU");
+    if (o.precision != "fp32")
+      std::printf(
+          "# precision: %s (autocast %s around the forward and the loss; parameters and optimizer state "
+          "float32%s)\n",
+          o.precision.c_str(), o.precision == "bf16" ? "bfloat16" : "float16",
+          o.precision == "fp16" ? "; ddp::GradScaler attached to the optimizer, found_inf on the device" : "");
     if (device.is_cuda()) std::printf("# cuda math: %s\n", cuda_math().c_str());
     if (device.is_cuda() && syncs.available())
       std::printf("# host synchronizations per timed step: %.2f (%lld in %d steps; CUDA sync debug mode)\n",

@@ -19,7 +19,9 @@ class Mlp : public ddpw::Model {
     layers_->push_back(torch::nn::Linear(width, classes));
     register_module("layers", layers_);
   }
-  torch::Tensor forward(const torch::Tensor& x) override { return layers_->forward(x); }
+
+ protected:
+  torch::Tensor compute(const torch::Tensor& x) override { return layers_->forward(x); }
 
  private:
   torch::nn::Sequential layers_;

@@ -11,6 +11,11 @@ Workloads (per rank):
              (or --dataset fashion-mnist)
   mlp        10 x (Linear(1024,1024)+ReLU) + Linear(1024,10) (10.5 M parameters), batch 32,
              SGD lr 1e-2, cross-entropy
+--precision bf16|fp16: the forward and the loss under torch.autocast (bfloat16 or float16), float32
+parameters and optimizer state; fp16 also with torch.amp.GradScaler (scale, step, update). On
+CUDA the fp16 runs use SGD's fused kernel (fused=True), to which GradScaler hands found_inf on the
+device; Adadelta has none, so GradScaler reads found_inf on the host there (one synchronization
+per step, which the table's sync count shows).
 A timed step = cut the batch from the in-memory data, zero_grad, forward, loss, backward (with
 DDP's allreduce), optimizer step. The step time is the slowest rank's; the table shows the median.
 Like-for-like with ddp_train_bench on a GPU: data and each epoch's order on the device (the order
@@ -106,12 +111,14 @@ def make_workload(args, device):
     """Returns (inputs, targets, model, optimizer, loss_fn); inputs/targets hold all samples."""
     g = torch.Generator().manual_seed(args.seed)
     foreach = device.type == "cuda"  # torch.optim's own default, made explicit (C++ does the same)
+    # fp16 on CUDA: the fused SGD, which takes GradScaler's found_inf without a host read.
+    sgd_kind = {"fused": True} if args.precision == "fp16" and device.type == "cuda" else {"foreach": foreach}
     if args.workload == "synthetic":
         x = torch.rand(2048, 20, generator=g)
         w, b = torch.linspace(-1, 1, 20), 0.5
         y = (x @ w + b + 0.01 * torch.randn(2048, generator=g)).unsqueeze(1)
         model = LinearRegressor(20)
-        make_opt = lambda params: torch.optim.SGD(params, lr=1e-2, foreach=foreach)
+        make_opt = lambda params: torch.optim.SGD(params, lr=1e-2, **sgd_kind)
         loss_fn = F.mse_loss
     elif args.workload == "cnn":
         if args.dataset == "fashion-mnist":
@@ -130,7 +137,7 @@ def make_workload(args, device):
         x = torch.rand(args.samples, 1024, generator=g)
         y = torch.randint(0, 10, (args.samples,), generator=g)
         model = make_mlp()
-        make_opt = lambda params: torch.optim.SGD(params, lr=1e-2, foreach=foreach)
+        make_opt = lambda params: torch.optim.SGD(params, lr=1e-2, **sgd_kind)
         loss_fn = F.cross_entropy
     return x.to(device), y.to(device), model.to(device), make_opt, loss_fn
 
@@ -165,6 +172,8 @@ def main():
     p.add_argument("--no-header", action="store_true", help="print only the result row")
     p.add_argument("--tf32", choices=["off", "on"], default="off",
                    help="CUDA: TensorFloat-32 in matmuls and convolutions (cudnn.benchmark stays off)")
+    p.add_argument("--precision", choices=["fp32", "bf16", "fp16"], default="fp32",
+                   help="bf16/fp16: torch.autocast around the forward and the loss; fp16 with GradScaler")
     args = p.parse_args()
     for name in ("threads", "steps", "samples"):
         if getattr(args, name) < 1:
@@ -196,6 +205,8 @@ def main():
                     gradient_as_bucket_view=True)
     optimizer = make_opt(ddp_model.parameters())
     params = sum(p.numel() for p in model.parameters())
+    amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(args.precision)
+    scaler = torch.amp.GradScaler(device.type, enabled=args.precision == "fp16")
     buckets = "-"
     try:  # private API: how many buckets DDP built (informational only)
         sizes = ddp_model._get_ddp_logging_data().get("bucket_sizes", "")
@@ -257,11 +268,20 @@ def main():
             idx = batch_indices(step)
             inputs, targets = x.index_select(0, idx), y.index_select(0, idx)
             optimizer.zero_grad()
-            loss = loss_fn(ddp_model(inputs), targets)
+            if amp_dtype is None:  # fp32: the plain step
+                loss = loss_fn(ddp_model(inputs), targets)
+            else:
+                with torch.autocast(device.type, dtype=amp_dtype):
+                    loss = loss_fn(ddp_model(inputs), targets)
             if timed >= 0:
                 mark(timed, 1)
-            loss.backward()
-            optimizer.step()
+            if scaler.is_enabled():  # fp16
+                scaler.scale(loss).backward()
+                scaler.step(optimizer)
+                scaler.update()
+            else:
+                loss.backward()
+                optimizer.step()
             if timed >= 0:
                 mark(timed, 2)
             final_loss = loss
@@ -318,8 +338,13 @@ def main():
             print("# timing: the host's steady clock around each step")
         opt_name = type(optimizer).__name__
         print(f"# optimizer: torch.optim.{opt_name} "
-              + ("(multi-tensor foreach kernels)" if optimizer.defaults.get("foreach")
+              + ("(fused kernel)" if optimizer.defaults.get("fused")
+                 else "(multi-tensor foreach kernels)" if optimizer.defaults.get("foreach")
                  else "(per tensor, as torch.optim on the CPU)"))
+        if amp_dtype is not None:
+            print(f"# precision: {args.precision} (torch.autocast {str(amp_dtype).replace('torch.', '')} around the "
+                  "forward and the loss; parameters and optimizer state float32"
+                  + ("; torch.amp.GradScaler" if scaler.is_enabled() else "") + ")")
         if use_cuda:
             on = lambda b: "on" if b else "off"
             print(f"# cuda math: cudnn.benchmark {on(torch.backends.cudnn.benchmark)}, "

@@ -28,9 +28,7 @@ const std::map<std::string, std::string>& known_top_level() {
       {"gradient_predivide_factor", "gradients are divided by the world size before they are summed"},
       {"wall_clock_breakdown", "no timer breakdown; the epoch report times every epoch"},
       {"memory_breakdown", "no memory breakdown; bench/zero_memory_bench measures memory"},
-      {"fp16", "training stays in float32"},
-      {"bf16", "training stays in float32"},
-      {"amp", "training stays in float32"},
+      {"amp", "NVIDIA Apex's mixed precision: use \"bf16\" or \"fp16\" (autocast, PyTorch's GradScaler)"},
       {"communication_data_type", "gradients are communicated in the parameters' dtype"},
       {"zero_allow_untested_optimizer", "only Adam/AdamW are offered"},
       {"zero_force_ds_cpu_optimizer", "the optimizer runs where the parameters are"},
@@ -73,7 +71,7 @@ const std::map<std::string, std::string>& known_zero_keys() {
       {"offload_param", "the parameters stay on the training device"},
       {"cpu_offload", "the optimizer state stays on the training device"},
       {"sub_group_size", "not implemented here"},
-      {"load_from_fp32_weights", "training stays in float32"},
+      {"load_from_fp32_weights", "the parameters and Adam's state are always float32"},
       {"elastic_checkpoint", "a snapshot reshards to another world size by itself"},
       {"ignore_unused_parameters", "a parameter without a gradient is an error naming it"},
       {"legacy_stage1", "not implemented here"},
@@ -94,7 +92,9 @@ const std::vector<std::string> kAppliedTopLevel = {"train_batch_size",
                                                    "scheduler",
                                                    "gradient_clipping",
                                                    "steps_per_print",
-                                                   "zero_optimization"};
+                                                   "zero_optimization",
+                                                   "bf16",
+                                                   "fp16"};
 
 size_t edit_distance(const std::string& a, const std::string& b) {
   std::vector<size_t> row(b.size() + 1);
@@ -318,6 +318,53 @@ class Reader {
     }
   }
 
+  // "bf16" (or DeepSpeed's older "bfloat16") and "fp16": which one is on, and fp16's loss scaler.
+  void read_precision(const std::string& section_name, const Json& section) {
+    const bool fp16 = section_name == "fp16";
+    object(section, section_name);
+    bool enabled = false;
+    for (const auto& [key, value] : section.items()) {
+      const std::string k = section_name + "." + key;
+      LossScaleConfig& l = c_.fp16;
+      if (key == "enabled") {
+        enabled = boolean(value, k);
+      } else if (fp16 && key == "loss_scale") {
+        l.loss_scale = number_at_least(value, k, 0);
+      } else if (fp16 && key == "initial_scale_power") {
+        l.initial_scale_power = integer_at_least(value, k, 0);
+        if (l.initial_scale_power > 126)
+          throw bad(k, "is " + value.dump() + ": 2 to that power is not a float32", "use at most 126 (16 is usual)");
+      } else if (fp16 && key == "loss_scale_window") {
+        l.loss_scale_window = integer_at_least(value, k, 1);
+      } else if (fp16 && key == "hysteresis") {
+        l.hysteresis = integer_at_least(value, k, 1);
+      } else if (fp16 && key == "min_loss_scale") {
+        l.min_loss_scale = number_at_least(value, k, 0);
+      } else if (fp16 && key == "consecutive_hysteresis") {
+        if (boolean(value, k))
+          ignore(k, "not applied here (the hysteresis is refilled only when the scale grows, DeepSpeed's default)");
+      } else if (fp16 && key == "auto_cast") {
+        boolean(value, k);
+        ignore(k, "autocast always runs the forward in float16; the parameters stay float32");
+      } else if (key == "fp16_master_weights_and_grads" || key == "bf16_master_weights_and_grads" ||
+                 key == "bf16_optimizer_states" || key == "immediate_grad_update" || key == "check_grad_overflow") {
+        ignore(k, "not applied here (parameters, gradients and Adam's state are float32; autocast lowers the forward)");
+      } else if (fp16) {
+        unknown("fp16.", key,
+                {"enabled", "loss_scale", "initial_scale_power", "loss_scale_window", "hysteresis", "min_loss_scale",
+                 "consecutive_hysteresis", "auto_cast"});
+      } else {
+        unknown(section_name + ".", key, {"enabled"});
+      }
+    }
+    if (!enabled) return;
+    const std::string precision = fp16 ? "fp16" : "bf16";
+    if (!c_.precision.empty() && c_.precision != precision)
+      throw bad(section_name + ".enabled", "is true, and so is " + c_.precision + ".enabled",
+                "enable one of bf16 and fp16 (DeepSpeed refuses both too)");
+    c_.precision = precision;
+  }
+
   void read(const Json& root) {
     if (!root.is_object())
       throw Error(c_.origin + " holds " + type_name(root) + ", not a DeepSpeed config object",
@@ -341,6 +388,8 @@ class Reader {
         c_.steps_per_print = integer_at_least(value, key, 1);
       } else if (key == "zero_optimization") {
         read_zero(value);
+      } else if (key == "bf16" || key == "bfloat16" || key == "fp16") {
+        read_precision(key == "fp16" ? "fp16" : key, value);
       } else if (known_top_level().count(key)) {
         ignore(key, "not applied here (" + known_top_level().at(key) + ")");
       } else {

@@ -5,6 +5,8 @@
 //            optimizer {type Adam|AdamW, params {lr, betas, eps, weight_decay, adam_w_mode}}
 //            scheduler {type WarmupLR, params {warmup_min_lr, warmup_max_lr, warmup_num_steps, warmup_type}}
 //            gradient_clipping, steps_per_print, zero_optimization {stage 0|1|2, reduce_bucket_size}
+//            bf16 {enabled}, fp16 {enabled, loss_scale, initial_scale_power, loss_scale_window,
+//                                  hysteresis, min_loss_scale}: mixed precision (--precision)
 //          Every other key is listed in `ignored` (DeepSpeed's own keys as "not applied here", others
 //          as unknown, with the nearest known key: a typo does not pass silently). A bad value, a
 //          duplicate key or a feature we do not have (ZeRO-3, another optimizer) is a ddp::Error that
@@ -44,6 +46,16 @@ struct BatchSizes {
   int64_t gradient_accumulation_steps = 1;  // micro-batches per optimizer step
 };
 
+// fp16's loss scaler, DeepSpeed's keys and defaults. The course maps it onto ddp::GradScaler
+// (from_options.h), which differs from DeepSpeed's DynamicLossScaler as docs/mixed-precision.md says.
+struct LossScaleConfig {
+  double loss_scale = 0;              // 0: dynamic; > 0: this fixed scale
+  int64_t initial_scale_power = 16;   // dynamic: the first scale is 2^power
+  int64_t loss_scale_window = 1000;   // steps in a row without overflow before the scale doubles
+  int64_t hysteresis = 2;             // the overflow (since the scale last grew) that halves the scale
+  double min_loss_scale = 1;          // the scale never goes below it
+};
+
 struct DeepSpeedConfig {
   std::string origin;  // the file, for messages
   std::optional<int64_t> train_batch_size, train_micro_batch_size_per_gpu, gradient_accumulation_steps;
@@ -53,6 +65,8 @@ struct DeepSpeedConfig {
   int64_t steps_per_print = 10;               // DeepSpeed's default
   int zero_stage = 0;                         // 0: plain data parallelism
   std::optional<int64_t> reduce_bucket_size;  // elements per gradient bucket
+  std::string precision;                      // "bf16" or "fp16" when that section is enabled; "" otherwise
+  LossScaleConfig fp16;                       // fp16's loss scaler (used when precision is "fp16")
   std::vector<std::string> ignored;           // "key: why", in file order
 
   // DeepSpeed's rules: any two of the three numbers give the third; one alone means no

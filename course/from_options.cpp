@@ -1,5 +1,7 @@
 #include "course/from_options.h"
 
+#include <cmath>
+
 #include "course/zero_settings.h"
 #include "ddp/error.h"
 #include "ddp/launch_env.h"
@@ -41,6 +43,7 @@ DdpOptions ddp_options(const Options& o) {
   DdpOptions d;
   d.bucket_mb = o.bucket_mb;
   d.find_unused_parameters = o.find_unused_parameters;
+  d.bf16_compress = o.bf16_compress;
   return d;
 }
 
@@ -48,10 +51,24 @@ ZeroOptions zero_options(const Options& o) {
   DDP_CHECK(o.zero_stage == 1 || o.zero_stage == 2,
             o.program.label() + " trains with ZeRO, but its options carry no ZeRO stage",
             "parse the command line with ddpw::kZeroOptions (--zero 1|2, --deepspeed-config)");
+  DDP_CHECK(!o.bf16_compress, "--bf16-compress applies to DistributedDataParallel's allreduce, not to ZeRO's",
+            "leave it out (ZeRO reduce-scatters in the gradients' dtype)");
   ZeroOptions z;
   z.stage = o.zero_stage;
   z.bucket_mb = o.bucket_mb;
   return z;
+}
+
+GradScalerOptions grad_scaler_options(const Options& o) {
+  GradScalerOptions g;
+  g.enabled = o.precision == "fp16";
+  const LossScaleConfig l = loss_scale_config(o);
+  g.dynamic = l.loss_scale == 0;
+  g.init_scale = g.dynamic ? std::ldexp(1.0, static_cast<int>(l.initial_scale_power)) : l.loss_scale;
+  g.growth_interval = l.loss_scale_window;
+  g.hysteresis = l.hysteresis;
+  g.min_scale = l.min_loss_scale;
+  return g;  // growth x2, backoff x0.5: PyTorch's, and DeepSpeed's fixed scale_factor 2
 }
 
 AdamOptions adam_options(const AdamConfig& c) {

@@ -12,6 +12,7 @@
 #include "course/deepspeed_config.h"
 #include "course/options.h"
 #include "ddp/distributed_data_parallel.h"
+#include "ddp/grad_scaler.h"
 #include "ddp/multi_tensor_adam.h"
 #include "ddp/process_group.h"
 #include "ddp/sharded_snapshot.h"
@@ -20,13 +21,17 @@
 
 namespace ddpw {
 
-// --bucket-mb and --find-unused-parameters. A run asked for ZeRO (--zero, --deepspeed-config), or step
+// --bucket-mb, --find-unused-parameters and --bf16-compress. A run asked for ZeRO (--zero, --deepspeed-config), or step
 // 4's exercise started as several ranks, is an error naming TODO(step4): it would train without ZeRO.
 ddp::DdpOptions ddp_options(const Options& options);
 
 // The stage (--zero, or the trainer's --strategy zero1|zero2) and --bucket-mb (or ds_config.json's
 // reduce_bucket_size). A program that did not offer the ZeRO options (kZeroOptions) gets an error.
 ddp::ZeroOptions zero_options(const Options& options);
+
+// --precision fp16's GradScaler: PyTorch's defaults, or ds_config.json's fp16 loss scaler
+// (loss_scale_config, zero_settings.h); disabled for fp32 and bf16.
+ddp::GradScalerOptions grad_scaler_options(const Options& options);
 
 // The optimizer section of a ds_config.json.
 ddp::AdamOptions adam_options(const AdamConfig& config);

@@ -3,9 +3,20 @@
 
 namespace ddpw {
 
+torch::Tensor Model::forward(const torch::Tensor& x) {
+  if (!autocast_) return compute(x);
+  ddp::Autocast amp(*autocast_);
+  return compute(x);
+}
+
+void Model::set_mixed_precision(std::optional<ddp::AutocastOptions> autocast, std::shared_ptr<ddp::GradScaler> scaler) {
+  autocast_ = autocast;
+  scaler_ = std::move(scaler);
+}
+
 LinearRegressor::LinearRegressor(int64_t features) { fc = register_module("fc", torch::nn::Linear(features, 1)); }
 
-torch::Tensor LinearRegressor::forward(const torch::Tensor& x) { return fc->forward(x); }
+torch::Tensor LinearRegressor::compute(const torch::Tensor& x) { return fc->forward(x); }
 
 // pytorch/examples mnist/main.py `Net`, layer for layer.
 MnistCnn::MnistCnn() {
@@ -17,7 +28,7 @@ MnistCnn::MnistCnn() {
   fc2 = register_module("fc2", torch::nn::Linear(128, 10));
 }
 
-torch::Tensor MnistCnn::forward(const torch::Tensor& x) {
+torch::Tensor MnistCnn::compute(const torch::Tensor& x) {
   auto h = torch::relu(conv1->forward(x));  // [N, 32, 26, 26]
   h = torch::relu(conv2->forward(h));       // [N, 64, 24, 24]
   h = torch::max_pool2d(h, 2);              // [N, 64, 12, 12]

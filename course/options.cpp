@@ -103,7 +103,7 @@ int expected_world_size(const Options& o) {
 // ZeRO stage, and what of the config applies to every program alike (the batch size per rank,
 // steps_per_print as the progress interval, reduce_bucket_size). `given_*`: the command line set it.
 void apply_zero_settings(Options& o, int zero_flag, bool given_batch, bool given_log_every, bool given_bucket,
-                         bool trainer) {
+                         bool given_precision, bool trainer) {
   const bool config = !o.deepspeed_config_path.empty();
   if (config) o.deepspeed = load_deepspeed_config(o.deepspeed_config_path);
   const int config_stage = o.deepspeed.zero_stage > 0 ? o.deepspeed.zero_stage : 2;
@@ -139,6 +139,15 @@ void apply_zero_settings(Options& o, int zero_flag, bool given_batch, bool given
     o.batch_size = static_cast<int>(b.micro_batch_per_gpu);
   }
   if (!given_log_every) o.log_every = static_cast<int>(std::min<int64_t>(c.steps_per_print, 1 << 30));
+  // DeepSpeed's bf16/fp16 sections choose the precision, unless --precision does; both saying
+  // different things is a question only the user can answer.
+  if (!c.precision.empty()) {
+    if (given_precision && o.precision != c.precision)
+      throw Error("the precision is given twice: --precision " + o.precision + " and " + c.origin + "'s " +
+                      c.precision + ".enabled",
+                  "leave out --precision (the config decides), or set " + c.precision + ".enabled to false");
+    o.precision = c.precision;
+  }
   if (!given_bucket && c.reduce_bucket_size) o.bucket_mb = std::max(0.001, *c.reduce_bucket_size * 4.0 / (1 << 20));
 }
 
@@ -197,6 +206,7 @@ Options parse_options(int argc, char** argv, const std::string& description, uns
   CLI::Option* batch_size = nullptr;
   CLI::Option* log_every = nullptr;
   CLI::Option* epochs_given = nullptr;
+  CLI::Option* precision = nullptr;
   CLI::Option* save_every_given = nullptr;
   int epochs_flag = 0;
   if (groups & kTrainingOptions) {
@@ -253,6 +263,10 @@ Options parse_options(int argc, char** argv, const std::string& description, uns
                        "opens it; scripts/plot draws it)");
     app.add_option("--trace-steps", o.trace_steps, "Steps that --trace records")
         ->check(whole("--trace-steps", 1, 100000));
+    precision = app.add_option("--precision", o.precision,
+                               "fp32, or mixed precision: bf16 (autocast) or fp16 (autocast and loss scaling, "
+                               "PyTorch's GradScaler); parameters and optimizer state stay float32")
+                    ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
   }
   // A program that starts its own workers (step 1) meets them on this node, at a port it picks
   // (upstream's multigpu.py fixes 12355: two jobs on one node then collide); the others take the
@@ -276,6 +290,8 @@ Options parse_options(int argc, char** argv, const std::string& description, uns
                     ->check(real("--bucket-mb", 0.001, 4096));
     app.add_flag("--find-unused-parameters", o.find_unused_parameters,
                  "Treat parameters without a gradient as zero instead of stopping with an error");
+    app.add_flag("--bf16-compress", o.bf16_compress,
+                 "DDP sends its gradient buckets as bfloat16 (PyTorch's bf16_compress_hook: half the bytes)");
     app.add_option("--rendezvous-timeout", o.rendezvous_timeout_s, "Seconds to wait for all ranks to arrive")
         ->check(real("--rendezvous-timeout", 0.1, 86400));
     app.add_option("--collective-timeout", o.collective_timeout_s, "Seconds before a collective is declared hung")
@@ -371,7 +387,7 @@ Options parse_options(int argc, char** argv, const std::string& description, uns
     if (zero || trainer) {
       try {
         apply_zero_settings(o, zero_flag, batch_size->count() > 0, log_every->count() > 0,
-                            bucket_mb != nullptr && bucket_mb->count() > 0, trainer);
+                            bucket_mb != nullptr && bucket_mb->count() > 0, precision->count() > 0, trainer);
       } catch (const Error& e) {
         usage_error(program, e.what(), e.hint());
       }

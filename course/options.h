@@ -43,6 +43,10 @@ struct Options {
   std::string export_weights_path;            // rank 0 writes the final state_dict here for Python's torch.load
   std::string trace_path;                     // --trace: the ranks' timeline of a few steps, Chrome trace JSON
   int trace_steps = 20;                       // --trace-steps: how many steps it records (after kTraceWarmupSteps)
+  // Mixed precision (workload.h): fp32, or bf16/fp16 autocast around the forward and the loss with the
+  // parameters and the optimizer state in float32; fp16 also scales the loss (PyTorch's GradScaler).
+  // parse_options takes ds_config.json's bf16/fp16 when --precision is not given.
+  std::string precision = "fp32";  // fp32 | bf16 | fp16
 
   // Distributed settings (steps 1-3 and the diagnostics).
   int nproc = 2;                 // step 1: workers to start when there is no GPU
@@ -52,6 +56,7 @@ struct Options {
   std::string backend = "auto";  // auto | gloo | nccl
   double bucket_mb = 25;         // gradient bucket size, as PyTorch's bucket_cap_mb
   bool find_unused_parameters = false;
+  bool bf16_compress = false;  // DDP's buckets travel as bfloat16 (PyTorch's bf16_compress_hook)
   double rendezvous_timeout_s = 300;
   double collective_timeout_s = 600;
 

@@ -108,6 +108,9 @@ void print_settings(const Options& o, const LaunchEnv& launch, const torch::Devi
     return std::find_if(rows.begin(), rows.end(), [&](const Row& r) { return r[0] == key; });
   };
   if (!o.strategy.empty()) rows.insert(at("dataset"), Row{"strategy", o.strategy});
+  // Mixed precision: rows only when used (an fp32 run prints what it printed before).
+  if (o.precision != "fp32") rows.insert(at("seed"), Row{"precision", describe_precision(o)});
+  if (o.bf16_compress) rows.insert(at("seed"), Row{"gradient allreduce", "bfloat16 (PyTorch's bf16_compress_hook)"});
   if (o.zero_stage > 0) {
     const std::string ranks = std::to_string(launch.world_size) + " rank(s)";
     *at("learning rate") = Row{"optimizer", describe_adam(o)};

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "course/from_options.h"
 #include "course/idx.h"
 #include "ddp/adadelta.h"
 #include "ddp/error.h"
@@ -14,30 +15,37 @@ namespace ddpw {
 using namespace ddp;  // the library this scaffolding is built on
 namespace {
 
-// Seeded weights, or --init-weights (a state_dict from Python) over them.
+// Seeded weights, or --init-weights (a state_dict from Python) over them; --precision's autocast.
 template <typename M, typename... Args>
 std::function<std::shared_ptr<Model>(torch::Device)> seeded_model(uint64_t seed, std::string init_weights,
-                                                                  Args... args) {
-  return [=](torch::Device device) -> std::shared_ptr<Model> {
+                                                                  MixedPrecision amp, Args... args) {
+  return [=](torch::Device device) mutable -> std::shared_ptr<Model> {
     torch::manual_seed(seed);
     auto model = std::make_shared<M>(args...);
     model->to(device);
     if (!init_weights.empty()) import_weights(init_weights, *model);
+    amp.apply_to(*model);
     return model;
   };
 }
+
+MixedPrecision mixed_precision(const Options& o) { return MixedPrecision(o.precision, grad_scaler_options(o)); }
 
 Workload synthetic(const Options& o) {
   Workload w;
   w.name = "synthetic";
   w.train = make_synthetic_dataset(2048, 20, o.seed);
   w.test = make_synthetic_dataset(512, 20, o.seed + 1000);  // same map, other samples
-  w.make_model = seeded_model<LinearRegressor>(o.seed, o.init_weights_path, int64_t{20});
+  const MixedPrecision amp = mixed_precision(o);
+  w.precision = o.precision;
+  w.make_model = seeded_model<LinearRegressor>(o.seed, o.init_weights_path, amp, int64_t{20});
   const double lr = base_learning_rate(o);
   w.make_optimizer = [lr](Model& m) {  // torch::optim::SGD, with multi-tensor kernels on a GPU
-    return std::make_unique<Sgd>(m.parameters(), torch::optim::SGDOptions(lr));
+    auto optimizer = std::make_unique<Sgd>(m.parameters(), torch::optim::SGDOptions(lr));
+    attach_grad_scaler(*optimizer, m);
+    return optimizer;
   };
-  w.loss = [](const torch::Tensor& out, const torch::Tensor& target) { return torch::mse_loss(out, target); };
+  w.loss = amp.wrap([](const torch::Tensor& out, const torch::Tensor& target) { return torch::mse_loss(out, target); });
   w.learning_rate = [lr](int64_t) { return lr; };
   return w;
 }
@@ -52,15 +60,60 @@ Workload images(const Options& o) {
   w.train = load_idx_dataset(dir, Split::kTrain, mean, std);
   w.test = load_idx_dataset(dir, Split::kTest, mean, std);
   w.classification = true;
-  w.make_model = seeded_model<MnistCnn>(o.seed, o.init_weights_path);
+  const MixedPrecision amp = mixed_precision(o);
+  w.precision = o.precision;
+  w.make_model = seeded_model<MnistCnn>(o.seed, o.init_weights_path, amp);
   const double lr = base_learning_rate(o), gamma = o.gamma;
-  w.make_optimizer = [lr](Model& m) { return std::make_unique<Adadelta>(m.parameters(), lr); };
-  w.loss = [](const torch::Tensor& out, const torch::Tensor& target) { return torch::nll_loss(out, target); };
+  w.make_optimizer = [lr](Model& m) {
+    auto optimizer = std::make_unique<Adadelta>(m.parameters(), lr);
+    attach_grad_scaler(*optimizer, m);
+    return optimizer;
+  };
+  w.loss = amp.wrap([](const torch::Tensor& out, const torch::Tensor& target) { return torch::nll_loss(out, target); });
   w.learning_rate = [lr, gamma](int64_t epoch) { return lr * std::pow(gamma, static_cast<double>(epoch)); };
   return w;
 }
 
 }  // namespace
+
+MixedPrecision::MixedPrecision(std::string precision, GradScalerOptions scaler_options)
+    : precision_(std::move(precision)), scaler_options_(scaler_options) {
+  DDP_CHECK(precision_ == "fp32" || precision_ == "bf16" || precision_ == "fp16",
+            "precision '" + precision_ + "' is not one of fp32, bf16, fp16", "use --precision fp32, bf16 or fp16");
+}
+
+void MixedPrecision::apply_to(Model& model) {
+  if (precision_ == "fp32") return;
+  const torch::Device device = model.parameters().at(0).device();
+  *autocast_ = AutocastOptions{.device_type = device.type(), .dtype = autocast_dtype(precision_)};
+  if (precision_ == "fp16" && !*scaler_) *scaler_ = std::make_shared<GradScaler>(device, scaler_options_);
+  model.set_mixed_precision(*autocast_, *scaler_);
+}
+
+std::function<torch::Tensor(const torch::Tensor&, const torch::Tensor&)> MixedPrecision::wrap(
+    std::function<torch::Tensor(const torch::Tensor&, const torch::Tensor&)> loss) const {
+  if (precision_ == "fp32") return loss;
+  return [loss = std::move(loss), autocast = autocast_, scaler = scaler_](const torch::Tensor& out,
+                                                                          const torch::Tensor& target) {
+    std::optional<Autocast> amp;
+    if (*autocast) amp.emplace(**autocast);
+    torch::Tensor value = loss(out, target);
+    // backward() of the loss starts from d(loss)/d(loss) = 1: the hook makes it the scale, so every
+    // gradient below is scaled (PyTorch's scaler.scale(loss).backward()), while the loss's value,
+    // which the programs log, is not.
+    if (*scaler && value.requires_grad())
+      value.register_hook([s = *scaler](const torch::Tensor& grad) { return s->scale(grad); });
+    return value;
+  };
+}
+
+void attach_grad_scaler(torch::optim::Optimizer& optimizer, const Model& model) {
+  if (!model.grad_scaler()) return;
+  auto* amp = dynamic_cast<SupportsAmpScaling*>(&optimizer);
+  DDP_CHECK(amp, "fp16 needs an optimizer that takes a GradScaler",
+            "use one of the library's optimizers (ddp::Sgd, ddp::Adadelta, ddp::ShardedAdamW)");
+  amp->set_grad_scaler(model.grad_scaler());
+}
 
 std::string data_folder(const Options& options) {
   if (!options.data_dir.empty()) return options.data_dir;

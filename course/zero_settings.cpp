@@ -17,6 +17,36 @@ double learning_rate_at(const Options& o, int64_t step) {
   return adam_config(o).lr;
 }
 
+LossScaleConfig loss_scale_config(const Options& o) {
+  if (o.deepspeed.precision == "fp16") return o.deepspeed.fp16;
+  LossScaleConfig pytorch;
+  pytorch.loss_scale_window = 2000;
+  pytorch.hysteresis = 1;
+  pytorch.min_loss_scale = 0;
+  return pytorch;
+}
+
+std::string describe_precision(const Options& o) {
+  if (o.precision == "bf16") return "bf16: autocast bfloat16; parameters, gradients, optimizer state float32";
+  if (o.precision != "fp16") return o.precision;
+  const LossScaleConfig l = loss_scale_config(o);
+  std::ostringstream s;
+  s << "fp16: autocast float16, loss scale ";
+  if (l.loss_scale > 0) {
+    s << l.loss_scale << " (static)";
+  } else {
+    s << "2^" << l.initial_scale_power << " (dynamic: x2 after " << l.loss_scale_window << " steps without inf/NaN, x0.5 ";
+    if (l.hysteresis == 1)
+      s << "at each overflow";
+    else
+      s << "at each overflow but the first " << l.hysteresis - 1 << " since it last grew (hysteresis " << l.hysteresis
+        << ")";
+    if (l.min_loss_scale > 0) s << ", at least " << l.min_loss_scale;
+    s << ")";
+  }
+  return s.str();
+}
+
 std::string describe_adam(const Options& o) {
   const AdamConfig c = adam_config(o);
   std::ostringstream s;

@@ -51,7 +51,31 @@ Adadelta::Adadelta(std::vector<torch::Tensor> params, AdadeltaOptions options)
 Adadelta::Adadelta(std::vector<torch::Tensor> params, double lr, double rho, double eps, double weight_decay)
     : Adadelta(std::move(params), AdadeltaOptions(lr).rho(rho).eps(eps).weight_decay(weight_decay)) {}
 
+AdadeltaParamState& Adadelta::state_for(const torch::Tensor& param) {
+  auto& slot = state_[optim_detail::state_key(state_, param)];
+  if (!slot) {
+    auto fresh = std::make_unique<AdadeltaParamState>();
+    fresh->square_avg(torch::zeros_like(param, at::MemoryFormat::Preserve));
+    fresh->acc_delta(torch::zeros_like(param, at::MemoryFormat::Preserve));
+    slot = std::move(fresh);
+  }
+  auto& state = static_cast<AdadeltaParamState&>(*slot);
+  // A loaded snapshot may hold its state on another device than the parameters now use.
+  if (state.square_avg().device() != param.device()) {
+    state.square_avg(state.square_avg().to(param.device()));
+    state.acc_delta(state.acc_delta().to(param.device()));
+  }
+  state.step(state.step() + 1);
+  return state;
+}
+
 torch::Tensor Adadelta::step(LossClosure closure) {
+  if (scaler_attached()) {
+    TORCH_CHECK(closure == nullptr, "Adadelta::step(closure) with a GradScaler attached: step without a closure");
+    grad_scaler_->step(*this);  // comes back as step_unless_found_inf
+    grad_scaler_->update();
+    return {};
+  }
   torch::NoGradGuard no_grad;
   torch::Tensor loss;
   if (closure != nullptr) {
@@ -66,20 +90,7 @@ torch::Tensor Adadelta::step(LossClosure closure) {
     for (auto& param : group.params()) {
       if (!param.grad().defined()) continue;
       TORCH_CHECK(!param.grad().is_sparse(), "Adadelta does not support sparse gradients");
-      auto& slot = state_[optim_detail::state_key(state_, param)];
-      if (!slot) {
-        auto fresh = std::make_unique<AdadeltaParamState>();
-        fresh->square_avg(torch::zeros_like(param, at::MemoryFormat::Preserve));
-        fresh->acc_delta(torch::zeros_like(param, at::MemoryFormat::Preserve));
-        slot = std::move(fresh);
-      }
-      auto& state = static_cast<AdadeltaParamState&>(*slot);
-      // A loaded snapshot may hold its state on another device than the parameters now use.
-      if (state.square_avg().device() != param.device()) {
-        state.square_avg(state.square_avg().to(param.device()));
-        state.acc_delta(state.acc_delta().to(param.device()));
-      }
-      state.step(state.step() + 1);
+      auto& state = state_for(param);
       params.push_back(param);
       grads.push_back(param.grad());
       square_avgs.push_back(state.square_avg());
@@ -129,12 +140,42 @@ const AdadeltaParamState* Adadelta::state_of(const torch::Tensor& param) const {
   return found == state_.end() ? nullptr : static_cast<const AdadeltaParamState*>(found->second.get());
 }
 
+void Adadelta::step_unless_found_inf(const torch::Tensor& found_inf) {
+  torch::NoGradGuard no_grad;
+  optim_detail::SkipOnDevice skip(found_inf);
+  for (auto& group : param_groups_) {
+    const auto& options = static_cast<const AdadeltaOptions&>(group.options());
+    const double lr = options.lr(), rho = options.rho(), eps = options.eps(), weight_decay = options.weight_decay();
+    for (auto& param : group.params()) {
+      if (!param.grad().defined()) continue;
+      TORCH_CHECK(!param.grad().is_sparse(), "Adadelta does not support sparse gradients");
+      auto& state = state_for(param);
+      // The per-tensor step of step(), out of place.
+      auto grad = param.grad();
+      if (weight_decay != 0) grad = grad.add(param, weight_decay);
+      auto square_avg = state.square_avg().mul(rho).addcmul_(grad, grad, 1 - rho);
+      const auto grad_rms = square_avg.add(eps).sqrt_();
+      const auto delta = state.acc_delta().add(eps).sqrt_().div_(grad_rms).mul_(grad);
+      auto acc_delta = state.acc_delta().mul(rho).addcmul_(delta, delta, 1 - rho);
+      skip.commit(state.square_avg(), square_avg);
+      skip.commit(state.acc_delta(), acc_delta);
+      skip.commit(param, param.add(delta, -lr));
+    }
+  }
+}
+
 void Adadelta::save(torch::serialize::OutputArchive& archive) const {
   torch::optim::serialize<AdadeltaParamState, AdadeltaOptions>(archive, *this);
+  if (!grad_scaler_) return;
+  torch::serialize::OutputArchive scaler;
+  grad_scaler_->save(scaler);
+  archive.write("grad_scaler", scaler);
 }
 
 void Adadelta::load(torch::serialize::InputArchive& archive) {
   torch::optim::serialize<AdadeltaParamState, AdadeltaOptions>(archive, *this);
+  torch::serialize::InputArchive scaler;
+  if (grad_scaler_ && archive.try_read("grad_scaler", scaler)) grad_scaler_->load(scaler);
 }
 
 }  // namespace ddp

@@ -3,13 +3,16 @@
 //          group, so set_lr works and schedulers apply); save/load keep every group's options and
 //          each parameter's square_avg, acc_delta and step, so a resumed run is bit-identical.
 //          Like torch.optim.Adadelta it updates all parameters of a device with multi-tensor
-//          (_foreach_*) kernels when they live on a GPU, one tensor at a time on the CPU.
+//          (_foreach_*) kernels when they live on a GPU, one tensor at a time on the CPU. Mixed
+//          precision: it takes GradScaler's found_inf and skips on the device (SupportsAmpScaling).
 #pragma once
 
 #include <torch/torch.h>
 
 #include <optional>
 #include <vector>
+
+#include "ddp/grad_scaler.h"
 
 namespace ddp {
 
@@ -37,11 +40,17 @@ struct AdadeltaParamState : public torch::optim::OptimizerCloneableParamState<Ad
   void serialize(torch::serialize::OutputArchive& archive) const override;
 };
 
-class Adadelta : public torch::optim::Optimizer {
+class Adadelta : public torch::optim::Optimizer, public SupportsAmpScaling {
  public:
   explicit Adadelta(std::vector<torch::Tensor> params, AdadeltaOptions options = {});
   Adadelta(std::vector<torch::Tensor> params, double lr, double rho = 0.9, double eps = 1e-6, double weight_decay = 0);
+  // With a GradScaler attached (set_grad_scaler): scaler.step(*this) and scaler.update(); no closure.
   torch::Tensor step(LossClosure closure = nullptr) override;
+  // The per-tensor step's operations, each into a new tensor kept only where found_inf is 0 (a
+  // select on the device): bit for bit the plain CPU step when nothing is found. A skipped step
+  // still counts in each state's `step` (a count the update does not use).
+  void step_unless_found_inf(const torch::Tensor& found_inf) override;
+  // An attached scaler's state goes with the optimizer's, under "grad_scaler".
   void save(torch::serialize::OutputArchive& archive) const override;
   void load(torch::serialize::InputArchive& archive) override;
 
@@ -54,6 +63,8 @@ class Adadelta : public torch::optim::Optimizer {
   void set_foreach(std::optional<bool> foreach) { foreach_ = foreach; }
 
  private:
+  // The parameter's state, created at its first gradient (zeros); counts this step.
+  AdadeltaParamState& state_for(const torch::Tensor& param);
   std::optional<bool> foreach_;
 };
 

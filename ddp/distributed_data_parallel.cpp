@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "ddp/comm_hooks.h"
 #include "ddp/error.h"
 #include "ddp/model_broadcast.h"
 #include "ddp/timeline.h"
@@ -78,6 +79,7 @@ void GradientReducer::build_buckets(double bucket_mb) {
 }
 
 void GradientReducer::start_backward() {
+  if (before_sync_) before_sync_();  // Join: first, so that a failure there leaves nothing half-sent
   for (auto& b : buckets_) {
     b.pending = b.params.size();
     b.work.reset();
@@ -153,7 +155,7 @@ void GradientReducer::launch_ready_buckets() {
   // Strictly in bucket order: every rank must issue the same collectives in the same order.
   while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].pending == 0) {
     Bucket& b = buckets_[next_bucket_++];
-    b.work = sum_over_ranks(b.flat_list);
+    b.work = options_.bf16_compress ? start_bf16_allreduce(*pg_, b.flat, b.wire) : sum_over_ranks(b.flat_list);
     record_collective(b.work, b.what, b.flat.numel() * static_cast<int64_t>(b.flat.element_size()));  // timeline.h
   }
 }
@@ -216,6 +218,33 @@ void GradientReducer::finish_backward() {
   point_grads_at_buckets();
 }
 
+void GradientReducer::shadow_backward() {
+  DDP_CHECK(!in_backward_, "a joined rank cannot shadow the others while its own backward runs",
+            "call Join::finish() after this rank's last step, outside backward()");
+  torch::NoGradGuard no_grad;
+  // The same collectives, in the same order, as finish_backward on the other ranks: the buckets,
+  // then (find_unused_parameters) which parameters have a gradient; this rank adds zeros to both.
+  for (auto& b : buckets_) {
+    b.flat.zero_();
+    b.pending = 0;
+  }
+  next_bucket_ = 0;
+  launch_ready_buckets();
+  c10::intrusive_ptr<c10d::Work> used_work;
+  if (options_.find_unused_parameters) {
+    used_anywhere_.zero_();
+    used_work = sum_over_ranks(used_list_);
+  }
+  for (auto& b : buckets_) {
+    wait_for(b.work, b.what + ", shadowed by a joined rank");
+    if (options_.bf16_compress) finish_bf16_allreduce(b.wire, b.flat);
+    b.work.reset();
+    b.pending = b.params.size();
+  }
+  wait_for(used_work, "allreduce of which parameters have gradients, shadowed by a joined rank");
+  next_bucket_ = 0;
+}
+
 // Waits for every bucket and makes each .grad its averaged slice of the bucket (no copy back). The
 // next backward accumulates into it in place, or, after zero_grad() set it to none, into a new
 // tensor that is copied in.
@@ -223,6 +252,7 @@ void GradientReducer::point_grads_at_buckets() {
   for (size_t k = 0; k < buckets_.size(); ++k) {
     Bucket& b = buckets_[k];
     wait_for(b.work, b.what);
+    if (options_.bf16_compress) finish_bf16_allreduce(b.wire, b.flat);
     for (size_t slot = 0; slot < b.params.size(); ++slot) {
       const size_t i = b.params[slot];
       if (keep_undefined_[i]) continue;

@@ -11,6 +11,8 @@
 //     end of backward waits for all buckets and points each .grad at its averaged slice of the
 //     bucket (PyTorch's gradient_as_bucket_view: no copy back) before backward() returns.
 //     At world size 1 the allreduce (the identity) is not sent; everything else runs as usual.
+//   * bf16_compress: each bucket is sent as bfloat16 and summed in bfloat16 (PyTorch's
+//     bf16_compress_hook, comm_hooks.h): half the bytes on the wire, gradients rounded to bfloat16.
 //   * no_sync() skips the allreduce for gradient accumulation; the next synced backward averages
 //     the accumulated gradients.
 //   * A parameter without a gradient is an error naming it. With find_unused_parameters it counts
@@ -20,6 +22,7 @@
 //     PyTorch, the host reads that sum (and so waits for it) only when a parameter had none here.
 //   * TensorDataParallel is the same engine over a list of parameter tensors that belong to no
 //     torch::nn::Module (what a binding to LibTorch holds): the same buckets, hooks and overlap.
+//   * Ranks with different numbers of batches: train inside a ddp::Join (join.h, PyTorch's Join).
 //   * An exception inside backward (an error in a hook, out of memory) abandons that pass: the next
 //     backward starts afresh, or, if part of the gradients had already been sent, raises an error
 //     that says the ranks are out of step (they would otherwise average different batches).
@@ -28,6 +31,7 @@
 #include <torch/torch.h>
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -45,6 +49,7 @@ struct DdpOptions {
   double bucket_mb = 25;  // as PyTorch's bucket_cap_mb
   bool find_unused_parameters = false;
   bool broadcast_buffers = true;  // at construction and before forwards (PyTorch's default)
+  bool bf16_compress = false;     // PyTorch's bf16_compress_hook: buckets travel as bfloat16
 };
 
 // The engine behind DistributedDataParallel and TensorDataParallel (no template: compiled once).
@@ -64,6 +69,13 @@ class GradientReducer {
   bool sync_enabled() const { return sync_enabled_; }
   size_t bucket_count() const { return buckets_.size(); }
 
+  // For Join (join.h). Called at the start of every synced backward, before any bucket is sent.
+  void set_before_sync(std::function<void()> f) { before_sync_ = std::move(f); }
+  // A rank with no batch left matches one synced backward of the others: every bucket's allreduce
+  // (and the used-parameter one) in order, with zeros, waited for. Leaves .grad as the others' average.
+  void shadow_backward();
+  ProcessGroup& process_group() { return *pg_; }
+
  private:
   struct Bucket {
     std::vector<size_t> params;            // indices into params_
@@ -72,6 +84,7 @@ class GradientReducer {
     std::vector<torch::Tensor> flat_list;  // {flat}: what the allreduce takes
     std::vector<torch::Tensor> slices;     // each parameter's part of `flat` (1-D), made once
     torch::Tensor world_size;              // 0-dim (CPU, the bucket's dtype): gradients enter divided by it
+    torch::Tensor wire;                    // bf16_compress: the bucket as it is sent
     std::string what;                      // names the bucket's allreduce in errors
     size_t pending = 0;                    // parameters whose gradient is not ready yet
     c10::intrusive_ptr<c10d::Work> work;
@@ -106,6 +119,7 @@ class GradientReducer {
   // Set when the engine dropped this backward's end-of-backward callback unrun (an exception).
   std::shared_ptr<std::atomic<bool>> abandoned_ = std::make_shared<std::atomic<bool>>(false);
   bool sync_enabled_ = true;
+  std::function<void()> before_sync_;     // Join's flag, while a Join lives
   std::unique_ptr<GradientHooks> hooks_;  // last: destroyed first, so no hook runs on a half-gone reducer
 };
 
@@ -153,6 +167,9 @@ class DistributedDataParallel {
   M* operator->() const { return module_.get(); }               // the plain module: parameters(), train(), ...
   const std::shared_ptr<M>& module() const { return module_; }  // for checkpoints: a plain module
   size_t bucket_count() const { return reducer_->bucket_count(); }
+  GradientReducer& reducer() { return *reducer_; }  // for Join (join.h)
+  // Whether forwards through the wrapper broadcast rank 0's buffers (broadcast_buffers and buffers).
+  bool broadcasts_buffers() const { return forward_->broadcasts_buffers(); }
 
   using NoSync = ddp::NoSync;
   [[nodiscard]] NoSync no_sync() { return NoSync(*reducer_); }  // gradient accumulation: see NoSync

@@ -55,6 +55,8 @@ class ForwardSync {
 
   // True when the next forward through the wrapper will broadcast.
   bool will_broadcast() const;
+  // True when forwards through the wrapper broadcast buffers at all (the option on, buffers there).
+  bool broadcasts_buffers() const { return enabled_ && has_buffers_ && pg_->size() > 1; }
 
  private:
   std::vector<torch::Tensor> buffers() const;  // the module's defined buffers, in registration order

@@ -1,6 +1,7 @@
 #include "ddp/multi_tensor_adam.h"
 
 #include <cmath>
+#include <optional>
 #include <vector>
 
 #include "ddp/error.h"
@@ -34,6 +35,29 @@ void adam_step(torch::TensorList params, torch::TensorList grads, torch::TensorL
   torch::_foreach_div_(denom, bias_correction2_sqrt);
   torch::_foreach_add_(denom, o.eps);
   torch::_foreach_addcdiv_(params, exp_avgs, denom, step_size);
+}
+
+void adam_step(torch::TensorList params, torch::TensorList grads, torch::TensorList exp_avgs,
+               torch::TensorList exp_avg_sqs, torch::Tensor& step, const AdamOptions& o,
+               const torch::Tensor& found_inf) {
+  DDP_CHECK(params.size() == grads.size() && params.size() == exp_avgs.size() && params.size() == exp_avg_sqs.size(),
+            "adam_step needs as many gradients and moments as parameters", "report this");
+  DDP_CHECK(step.defined() && step.dim() == 0 && found_inf.defined() && found_inf.dim() == 0,
+            "adam_step with found_inf needs a 0-dim step tensor and a 0-dim found_inf", "report this");
+  if (params.empty()) return;
+  torch::NoGradGuard no_grad;
+  // As torch.optim.adam._fused_adam: count the step, run the kernel (it returns at once when
+  // found_inf is set), take the count back where it was skipped.
+  step.add_(1);
+  const std::vector<torch::Tensor> steps(params.size(), step);
+  const std::optional<torch::Tensor> skip = found_inf;
+  if (o.decoupled_weight_decay)
+    at::_fused_adamw_(params, grads, exp_avgs, exp_avg_sqs, /*max_exp_avg_sqs=*/{}, steps, o.lr, o.beta1, o.beta2,
+                      o.weight_decay, o.eps, /*amsgrad=*/false, /*maximize=*/false, /*grad_scale=*/std::nullopt, skip);
+  else
+    at::_fused_adam_(params, grads, exp_avgs, exp_avg_sqs, /*max_exp_avg_sqs=*/{}, steps, o.lr, o.beta1, o.beta2,
+                     o.weight_decay, o.eps, /*amsgrad=*/false, /*maximize=*/false, /*grad_scale=*/std::nullopt, skip);
+  step.sub_(found_inf);
 }
 
 }  // namespace ddp

@@ -1,6 +1,7 @@
 // defines: what the library's optimizers (Adadelta, Sgd) share: the key of a parameter's state, the
 //          choice between multi-tensor (_foreach_*) and per-tensor updates as torch.optim makes it,
-//          and the grouping of parameters by device and dtype that multi-tensor kernels need.
+//          the grouping of parameters by device and dtype that multi-tensor kernels need, and
+//          SkipOnDevice (a step that GradScaler's found_inf cancels without a host read).
 #pragma once
 
 #include <torch/torch.h>
@@ -54,5 +55,28 @@ inline std::vector<torch::Tensor> pick(const std::vector<torch::Tensor>& all, co
   for (size_t i : indices) out.push_back(all[i]);
   return out;
 }
+
+// A step GradScaler's found_inf may cancel, decided on the device: the optimizer computes each new
+// value into a new tensor and commits it; where found_inf is set, the old value stays, bit for bit
+// (a select: inf or NaN in the discarded result cannot leak in, as they would through arithmetic).
+class SkipOnDevice {
+ public:
+  explicit SkipOnDevice(const torch::Tensor& found_inf) : found_inf_(found_inf) {}
+  // found_inf != 0 as a 0-dim bool tensor on `device` (made once per device).
+  const torch::Tensor& on(const torch::Device& device) {
+    for (const auto& s : skips_)
+      if (s.device() == device) return s;
+    skips_.push_back(found_inf_.to(device, /*non_blocking=*/true).ne(0));
+    return skips_.back();
+  }
+  // current = found_inf ? current : updated, in place.
+  void commit(torch::Tensor& current, const torch::Tensor& updated) {
+    at::where_out(current, on(current.device()), current, updated);
+  }
+
+ private:
+  torch::Tensor found_inf_;
+  std::vector<torch::Tensor> skips_;
+};
 
 }  // namespace ddp::optim_detail

@@ -2,11 +2,19 @@
 // operations as in torch::optim::SGD::step (weight decay, momentum buffer, Nesterov, update).
 #include "ddp/sgd.h"
 
+#include "ddp/error.h"
 #include "ddp/optimizer_helpers.h"
 
 namespace ddp {
 
 torch::Tensor Sgd::step(LossClosure closure) {
+  if (scaler_attached()) {
+    DDP_CHECK(closure == nullptr, "Sgd::step(closure) with a GradScaler attached",
+              "step without a closure (PyTorch's GradScaler does not support closures either)");
+    grad_scaler_->step(*this);  // comes back as step_unless_found_inf
+    grad_scaler_->update();
+    return {};
+  }
   bool all_foreach = true;
   for (const auto& group : param_groups_)
     all_foreach = all_foreach && optim_detail::use_foreach(foreach_, group.params());
@@ -62,6 +70,52 @@ torch::Tensor Sgd::step(LossClosure closure) {
     }
   }
   return loss;
+}
+
+void Sgd::step_unless_found_inf(const torch::Tensor& found_inf) {
+  torch::NoGradGuard no_grad;
+  optim_detail::SkipOnDevice skip(found_inf);
+  for (auto& group : param_groups_) {
+    const auto& options = static_cast<const torch::optim::SGDOptions&>(group.options());
+    const double momentum = options.momentum(), dampening = options.dampening(), weight_decay = options.weight_decay();
+    for (auto& p : group.params()) {
+      if (!p.grad().defined()) continue;
+      TORCH_CHECK(!p.grad().is_sparse(), "Sgd's mixed-precision step does not support sparse gradients");
+      // torch::optim::SGD::step's operations, each into a new tensor, then kept or not.
+      auto d_p = p.grad();
+      if (weight_decay != 0) d_p = d_p.add(p, weight_decay);
+      if (momentum != 0) {
+        torch::Tensor buf;
+        auto& slot = state_[optim_detail::state_key(state_, p)];
+        if (!slot) {
+          buf = torch::clone(d_p).detach();
+          auto fresh = std::make_unique<torch::optim::SGDParamState>();
+          fresh->momentum_buffer(torch::where(skip.on(p.device()), torch::zeros_like(buf), buf));
+          slot = std::move(fresh);
+        } else {
+          auto& kept = static_cast<torch::optim::SGDParamState&>(*slot).momentum_buffer();
+          buf = kept.mul(momentum).add_(d_p, 1 - dampening);
+          skip.commit(kept, buf);
+        }
+        d_p = options.nesterov() ? d_p.add(buf, momentum) : buf;
+      }
+      skip.commit(p, p.add(d_p, -1 * options.lr()));
+    }
+  }
+}
+
+void Sgd::save(torch::serialize::OutputArchive& archive) const {
+  torch::optim::SGD::save(archive);
+  if (!grad_scaler_) return;
+  torch::serialize::OutputArchive scaler;
+  grad_scaler_->save(scaler);
+  archive.write("grad_scaler", scaler);
+}
+
+void Sgd::load(torch::serialize::InputArchive& archive) {
+  torch::optim::SGD::load(archive);
+  torch::serialize::InputArchive scaler;
+  if (grad_scaler_ && archive.try_read("grad_scaler", scaler)) grad_scaler_->load(scaler);
 }
 
 }  // namespace ddp

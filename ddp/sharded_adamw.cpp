@@ -14,6 +14,12 @@ ShardedAdamW::ShardedAdamW(std::shared_ptr<ZeroReducer> reducer, AdamOptions opt
     exp_avg_.push_back(torch::zeros_like(shard));
     exp_avg_sq_.push_back(torch::zeros_like(shard));
   }
+  applied_ = torch::zeros({}, exp_avg_[0].options().dtype(torch::kFloat32));
+}
+
+void ShardedAdamW::set_steps_taken(int64_t steps, std::optional<int64_t> applied) {
+  steps_ = steps;
+  applied_.fill_(static_cast<double>(applied.value_or(steps)));
 }
 
 void ShardedAdamW::zero_grad(bool set_to_none) { reducer_->clear_gradients(set_to_none); }
@@ -21,6 +27,7 @@ void ShardedAdamW::zero_grad(bool set_to_none) { reducer_->clear_gradients(set_t
 double ShardedAdamW::clip_grad_norm(double max_norm) {
   DDP_CHECK(reducer_->has_gradients(), "clip_grad_norm() without a synchronized backward pass since zero_grad()",
             "call loss.backward() outside no_sync() first");
+  if (scaler_attached()) grad_scaler_->unscale_(*this);  // PyTorch: scaler.unscale_(optimizer) before clipping
   torch::NoGradGuard no_grad;
   auto grads = reducer_->gradient_shards();
   // Sum of squares of this rank's slices (padding is zero), then the sum over all ranks.
@@ -39,7 +46,13 @@ double ShardedAdamW::clip_grad_norm(double max_norm) {
 void ShardedAdamW::step() {
   DDP_CHECK(reducer_->has_gradients(), "ShardedAdamW::step() without a synchronized backward pass since zero_grad()",
             "call loss.backward() outside no_sync() before step(): only a synchronized pass reduces the gradients");
+  if (scaler_attached()) {
+    grad_scaler_->step(*this);  // comes back as step_unless_found_inf
+    grad_scaler_->update();
+    return;
+  }
   ++steps_;
+  applied_.add_(1);
   // In groups of about one bucket: adam_step's temporaries (the denominators) are then a bucket's
   // size, not the whole shard's (torch.optim's foreach AdamW allocates them for every parameter at once).
   const auto params = reducer_->parameter_shards(), grads = reducer_->gradient_shards();
@@ -57,6 +70,17 @@ void ShardedAdamW::step() {
     bytes = 0;
   }
   reducer_->all_gather_parameters();
+}
+
+void ShardedAdamW::step_unless_found_inf(const torch::Tensor& found_inf) {
+  DDP_CHECK(reducer_->has_gradients(), "ShardedAdamW::step() without a synchronized backward pass since zero_grad()",
+            "call loss.backward() outside no_sync() before step(): only a synchronized pass reduces the gradients");
+  ++steps_;
+  const auto params = reducer_->parameter_shards(), grads = reducer_->gradient_shards();
+  const auto skip = found_inf.to(params[0].device(), /*non_blocking=*/true);
+  // One fused kernel for all slices (no temporaries to bound, unlike the multi-tensor step).
+  adam_step(params, grads, exp_avg_, exp_avg_sq_, applied_, options_, skip);
+  reducer_->all_gather_parameters();  // every rank, skipped or not: the ranks issue the same collectives
 }
 
 int64_t ShardedAdamW::state_bytes() const {

@@ -10,39 +10,61 @@
 //   loss_fn(model->forward(x), y).backward();   // stage 2: buckets reduce-scattered during backward
 //   optimizer.clip_grad_norm(1.0);
 //   optimizer.step();                             // my slice, then the all-gather
+//
+// Mixed precision: with a GradScaler attached (set_grad_scaler, grad_scaler.h), clip_grad_norm()
+// first unscales this rank's gradient slices and step() skips on inf/NaN found on any rank (the
+// ranks' found_inf combined by an allreduce), then updates the scale; the snapshots keep its state.
+// The parameters and Adam's moments stay float32. Built from a ZeroDataParallel<M> whose M has a
+// member grad_scaler() (a std::shared_ptr<GradScaler>), the optimizer attaches that scaler: the
+// model that scales its loss and the optimizer that unscales then share one.
 #pragma once
 
 #include <torch/torch.h>
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
+#include "ddp/grad_scaler.h"
 #include "ddp/multi_tensor_adam.h"
 #include "ddp/zero_data_parallel.h"
 
 namespace ddp {
 
-class ShardedAdamW {
+class ShardedAdamW : public SupportsAmpScaling {
  public:
   ShardedAdamW(std::shared_ptr<ZeroReducer> reducer, AdamOptions options);
   template <typename M>
-  ShardedAdamW(ZeroDataParallel<M>& model, AdamOptions options) : ShardedAdamW(model.reducer(), options) {}
+  ShardedAdamW(ZeroDataParallel<M>& model, AdamOptions options) : ShardedAdamW(model.reducer(), options) {
+    if constexpr (requires { model.module()->grad_scaler(); }) set_grad_scaler(model.module()->grad_scaler());
+  }
 
   // Gradients to none (or zero), as torch::optim::Optimizer::zero_grad.
   void zero_grad(bool set_to_none = true);
   // The L2 norm of all gradients (every rank's slice), the same on every rank; if it exceeds
   // max_norm, every gradient slice is scaled by max_norm / (norm + 1e-6), as
   // torch.nn.utils.clip_grad_norm_. max_norm <= 0: only measures. A collective: all ranks call it.
+  // With a scaler attached: of the unscaled gradients (inf when the step is to be skipped).
   double clip_grad_norm(double max_norm);
   // One Adam/AdamW step on this rank's slices, then the all-gather of the parameters. Needs a
-  // synchronized backward since zero_grad(). A collective: all ranks call it.
+  // synchronized backward since zero_grad(). A collective: all ranks call it. With a scaler
+  // attached: scaler.step(*this) and scaler.update().
   void step();
+  // The step GradScaler calls: PyTorch's fused AdamW on this rank's slices, which changes nothing
+  // when found_inf is set (every rank has the same found_inf: GradScaler combined it), then the
+  // all-gather. Its step count for bias correction is a device tensor (applied_steps).
+  void step_unless_found_inf(const torch::Tensor& found_inf) override;
 
   double lr() const { return options_.lr; }
   void set_lr(double lr) { options_.lr = lr; }  // what a learning-rate schedule calls before step()
   const AdamOptions& options() const { return options_; }
+  // Calls of step() (a learning-rate schedule counts them, skipped ones too: a scheduler steps
+  // regardless in PyTorch). Adam's bias correction counts only the steps applied (below).
   int64_t steps_taken() const { return steps_; }
+  // Steps applied (not skipped for inf/NaN) as a 0-dim float32 tensor on the device: equal to
+  // steps_taken() without a scaler. Read it on the host only when needed (a snapshot).
+  const torch::Tensor& applied_steps() const { return applied_; }
 
   // This rank's optimizer state in bytes, measured from the tensors (the moments' slices).
   int64_t state_bytes() const;
@@ -50,7 +72,7 @@ class ShardedAdamW {
   // For sharded snapshots: the moments' slices (one per bucket) and the step count.
   std::vector<torch::Tensor>& exp_avg_shards() { return exp_avg_; }
   std::vector<torch::Tensor>& exp_avg_sq_shards() { return exp_avg_sq_; }
-  void set_steps_taken(int64_t steps) { steps_ = steps; }
+  void set_steps_taken(int64_t steps, std::optional<int64_t> applied = std::nullopt);
   ZeroReducer& reducer() { return *reducer_; }
 
  private:
@@ -58,6 +80,7 @@ class ShardedAdamW {
   AdamOptions options_;
   std::vector<torch::Tensor> exp_avg_, exp_avg_sq_;
   int64_t steps_ = 0;
+  torch::Tensor applied_;  // 0-dim float32 on the device: steps applied
 };
 
 }  // namespace ddp

@@ -5,6 +5,7 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>  // defines: the manifest (ordered_json keeps its keys in writing order)
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -82,7 +83,9 @@ struct Manifest {
   int world_size = 0;
   std::vector<ShardEntry> shards;  // by rank
   TrainingState training;
-  int64_t steps_taken = 0;  // optimizer steps: Adam's bias correction needs it
+  int64_t steps_taken = 0;                     // optimizer steps: Adam's bias correction needs it
+  std::optional<int64_t> steps_applied;        // mixed precision: steps not skipped (bias correction)
+  std::optional<GradScalerState> grad_scaler;  // mixed precision: the scaler's state
   std::vector<std::string> buffers;
 };
 
@@ -129,6 +132,11 @@ std::optional<Manifest> read_manifest(const std::string& path) {
     m.training.step_in_epoch = t.at("step_in_epoch").get<int64_t>();
     m.training.world_size = t.at("world_size").get<int64_t>();
     m.steps_taken = m.json.at("optimizer").at("steps_taken").get<int64_t>();
+    if (m.json.at("optimizer").contains("steps_applied"))
+      m.steps_applied = m.json.at("optimizer").at("steps_applied").get<int64_t>();
+    if (m.json.contains("grad_scaler"))
+      m.grad_scaler = GradScalerState{m.json.at("grad_scaler").at("scale").get<double>(),
+                                      m.json.at("grad_scaler").at("growth_tracker").get<int64_t>()};
     m.buffers = m.json.at("buffers").get<std::vector<std::string>>();
     for (const auto& p : m.json.at("parameters")) {  // read now: a malformed entry fails here, not later
       (void)p.at("name").get<std::string>();
@@ -337,6 +345,13 @@ void check_writer(const std::string& path, const Manifest& m, const SnapshotOwne
 void save_sharded(const std::string& path, ShardedAdamW& optimizer, const TrainingState& state, const Json* identity) {
   ZeroReducer& r = optimizer.reducer();
   ProcessGroup& pg = r.process_group();
+  // Mixed precision: the scaler's state and Adam's count of applied steps (host reads; a save waits anyway).
+  std::optional<GradScalerState> scaler;
+  int64_t applied = 0;
+  if (optimizer.grad_scaler()) {
+    scaler = optimizer.grad_scaler()->state();
+    applied = optimizer.applied_steps().item<int64_t>();
+  }
   const int rank = pg.rank(), world = pg.size();
 
   // The generation after the current manifest's (rank 0 reads it; a broken one counts as none).
@@ -400,6 +415,10 @@ void save_sharded(const std::string& path, ShardedAdamW& optimizer, const Traini
                                {"betas", {o.beta1, o.beta2}},
                                {"eps", o.eps},
                                {"weight_decay", o.weight_decay}};
+      if (scaler) {
+        manifest["optimizer"]["steps_applied"] = applied;
+        manifest["grad_scaler"] = {{"scale", scaler->scale}, {"growth_tracker", scaler->growth_tracker}};
+      }
       manifest["parameters"] = parameters_of(r.parameter_names(), r.parameters());
       manifest["buffers"] = buffer_names(r.module());
       manifest["buckets"] = layout_of(r);
@@ -497,7 +516,8 @@ std::optional<TrainingState> load_sharded(const std::string& path, ShardedAdamW&
     }
   }
   set_rng(mine, device);
-  optimizer.set_steps_taken(m->steps_taken);
+  optimizer.set_steps_taken(m->steps_taken, m->steps_applied);
+  if (optimizer.grad_scaler() && m->grad_scaler) optimizer.grad_scaler()->load_state(*m->grad_scaler);
 
   TrainingState state = m->training;
   if (state.world_size != world && state.step_in_epoch > 0) {

@@ -3,7 +3,9 @@
 //   * Each rank writes its shard: its slice of every bucket of the parameters and of Adam's moments,
 //     and its RNG state (rank 0 also the module's buffers), as a checked file (atomic, CRC-32).
 //   * Rank 0 then writes the manifest at `path` (JSON, readable): the training state, the step
-//     count, the model's parameters, the bucket layout, and every shard with its size and CRC-32.
+//     count, the model's parameters, the bucket layout, and every shard with its size and CRC-32;
+//     with a GradScaler attached to the optimizer also its scale and growth tracker and Adam's count
+//     of applied steps, so that a mixed-precision run resumes exactly.
 //     Shards carry a generation number in their names and the manifest is replaced last: a crash
 //     at any moment leaves the previous snapshot whole (its shards go only after the new manifest).
 //   * Resuming with the same world size and buckets, a rank reads only its own shard and the

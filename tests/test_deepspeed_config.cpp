@@ -209,6 +209,44 @@ TEST(DeepSpeedConfig, BadValuesNameTheKeyAndTheFix) {
   }
 }
 
+// bf16/fp16 choose the precision; fp16's loss scaler keys are read with DeepSpeed's defaults;
+// what is not applied is listed; both on is refused, as DeepSpeed refuses it.
+TEST(DeepSpeedConfig, MixedPrecisionSections) {
+  EXPECT_EQ(parse(R"({"train_batch_size": 8})").precision, "");
+  EXPECT_EQ(parse(R"({"bf16": {"enabled": true}})").precision, "bf16");
+  EXPECT_EQ(parse(R"({"bfloat16": {"enabled": true}})").precision, "bf16");  // DeepSpeed's older name
+  EXPECT_EQ(parse(R"({"bf16": {"enabled": false}, "fp16": {"enabled": false}})").precision, "");
+  const auto defaults = parse(R"({"fp16": {"enabled": true}})");
+  EXPECT_EQ(defaults.precision, "fp16");
+  EXPECT_EQ(defaults.fp16.loss_scale, 0);
+  EXPECT_EQ(defaults.fp16.initial_scale_power, 16);
+  EXPECT_EQ(defaults.fp16.loss_scale_window, 1000);
+  EXPECT_EQ(defaults.fp16.hysteresis, 2);
+  EXPECT_EQ(defaults.fp16.min_loss_scale, 1);
+  EXPECT_TRUE(defaults.ignored.empty());
+  const auto c = parse(R"({"fp16": {"enabled": true, "loss_scale": 0, "initial_scale_power": 12,
+                                    "loss_scale_window": 500, "hysteresis": 3, "min_loss_scale": 0.5,
+                                    "auto_cast": false, "consecutive_hysteresis": true, "loss_scael": 1}})");
+  EXPECT_EQ(c.fp16.initial_scale_power, 12);
+  EXPECT_EQ(c.fp16.loss_scale_window, 500);
+  EXPECT_EQ(c.fp16.hysteresis, 3);
+  EXPECT_DOUBLE_EQ(c.fp16.min_loss_scale, 0.5);
+  EXPECT_TRUE(listed(c, "fp16.auto_cast: autocast always runs the forward in float16"));
+  EXPECT_TRUE(listed(c, "fp16.consecutive_hysteresis: not applied here"));
+  EXPECT_TRUE(listed(c, "fp16.loss_scael: unknown key, ignored (did you mean \"loss_scale\"?)"));
+  EXPECT_FALSE(listed(c, "training stays in float32"));
+  EXPECT_DOUBLE_EQ(parse(R"({"fp16": {"enabled": true, "loss_scale": 128}})").fp16.loss_scale, 128);
+  EXPECT_TRUE(listed(parse(R"({"amp": {"enabled": true}})"), "amp: not applied here (NVIDIA Apex"));
+  const auto both = error_of([] { parse(R"({"bf16": {"enabled": true}, "fp16": {"enabled": true}})"); });
+  EXPECT_TRUE(has(both, "fp16.enabled is true, and so is bf16.enabled")) << both;
+  EXPECT_TRUE(has(both, "enable one of bf16 and fp16")) << both;
+  EXPECT_TRUE(has(error_of([] { parse(R"({"fp16": {"enabled": "auto"}})"); }), "fp16.enabled must be true or false"));
+  EXPECT_TRUE(has(error_of([] { parse(R"({"fp16": {"enabled": true, "hysteresis": 0}})"); }),
+                  "fp16.hysteresis is 0 but must be at least 1"));
+  EXPECT_TRUE(
+      has(error_of([] { parse(R"({"fp16": {"enabled": true, "initial_scale_power": 200}})"); }), "is not a float32"));
+}
+
 TEST(DeepSpeedConfig, MissingFileIsNamed) {
   const auto error = error_of([] { ddpw::load_deepspeed_config("/nonexistent/ds_config.json"); });
   EXPECT_TRUE(has(error, "cannot read the DeepSpeed config '/nonexistent/ds_config.json'")) << error;

@@ -318,4 +318,33 @@ TEST_F(ZeroOptionsTest, TheExerciseNamesItsTodo) {
               "--zero and --deepspeed-config are ZeRO's: run step4_sharded");
 }
 
+// --precision on every program; a DeepSpeed config's bf16/fp16 choose it when the flag does not,
+// and the two disagreeing is an error naming both.
+TEST_F(OptionsTest, PrecisionIsFp32UnlessAsked) {
+  EXPECT_EQ(parse({"5", "1"}).precision, "fp32");
+  EXPECT_EQ(parse({"5", "1", "--precision", "bf16"}).precision, "bf16");
+  EXPECT_EQ(parse({"5", "1", "--precision", "fp16"}).precision, "fp16");
+  EXPECT_EXIT(parse({"5", "1", "--precision", "fp8"}), ExitedWithCode(2),
+              "--precision: fp8 not in \\{fp32,bf16,fp16\\}");
+  EXPECT_FALSE(parse({"5", "1"}, ddpw::kTrainingOptions | ddpw::kDistributedOptions).bf16_compress);
+  EXPECT_TRUE(parse({"5", "1", "--bf16-compress"}, ddpw::kTrainingOptions | ddpw::kDistributedOptions).bf16_compress);
+}
+
+TEST_F(ZeroOptionsTest, TheConfigsBf16OrFp16ChoosesThePrecision) {
+  const std::string bf16 = dir_ + ".bf16.json", fp16 = dir_ + ".fp16.json";
+  std::ofstream(bf16) << R"({"train_batch_size": 8, "bf16": {"enabled": true}})";
+  std::ofstream(fp16) << R"({"train_batch_size": 8, "fp16": {"enabled": true, "initial_scale_power": 10}})";
+  EXPECT_EQ(parse_zero({"5", "1", "--deepspeed-config", config_}).precision, "fp32");  // none in the config
+  EXPECT_EQ(parse_zero({"5", "1", "--deepspeed-config", config_, "--precision", "bf16"}).precision, "bf16");
+  EXPECT_EQ(parse_zero({"5", "1", "--deepspeed-config", bf16}).precision, "bf16");
+  const auto o = parse_zero({"5", "1", "--deepspeed-config", fp16, "--precision", "fp16"});  // the same: fine
+  EXPECT_EQ(o.precision, "fp16");
+  EXPECT_EQ(o.deepspeed.fp16.initial_scale_power, 10);
+  EXPECT_EXIT(parse_zero({"5", "1", "--deepspeed-config", fp16, "--precision", "bf16"}), ExitedWithCode(2),
+              "the precision is given twice: --precision bf16 and .*fp16.json's fp16.enabled \\(fix: leave out "
+              "--precision");
+  std::remove(bf16.c_str());
+  std::remove(fp16.c_str());
+}
+
 }  // namespace

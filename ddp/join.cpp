@@ -1,0 +1,112 @@
+#include "ddp/join.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "ddp/error.h"
+
+namespace ddp {
+
+void require_even_batches(ProcessGroup& pg, int64_t batches, const std::string& who) {
+  DDP_CHECK(batches >= 0, who + ": a negative number of batches (" + std::to_string(batches) + ")",
+            "pass the number of batches this rank will train on");
+  // Every rank's count in its own slot, summed: every rank sees all of them (and fails alike).
+  auto counts = torch::zeros({pg.size()}, torch::TensorOptions().dtype(torch::kInt64).device(pg.device()));
+  counts[pg.rank()] = batches;
+  pg.allreduce_sum(counts, "agreement on the number of batches per rank (" + who + ")");
+  const auto host = counts.cpu();
+  const auto* c = host.data_ptr<int64_t>();
+  int64_t fewest = c[0];
+  bool even = true;
+  std::string listing;
+  for (int r = 0; r < pg.size(); ++r) {
+    even = even && c[r] == c[0];
+    fewest = std::min(fewest, c[r]);
+    listing += (r ? ", rank " : "rank ") + std::to_string(r) + ": " + std::to_string(c[r]);
+  }
+  if (!even)
+    throw Error("the ranks have different numbers of batches (" + listing + "); " + who +
+                    " cannot train on uneven inputs: a rank that ran out would leave its slice of every "
+                    "later optimizer step undone",
+                "give every rank the same number of batches (a DistributedSampler pads the shards to equal "
+                "size; or stop every rank after " +
+                    std::to_string(fewest) +
+                    " batches), or train with DistributedDataParallel inside ddp::Join, which lets ranks "
+                    "finish at different steps");
+}
+
+Join::Join(GradientReducer& reducer, std::shared_ptr<torch::nn::Module> module)
+    : reducer_(&reducer), module_(std::move(module)), pg_(&reducer.process_group()) {
+  flag_ = torch::zeros({2}, torch::TensorOptions().dtype(torch::kInt64).device(pg_->device()));
+  reducer_->set_before_sync([this] { notify(); });
+}
+
+Join::~Join() {
+  if (reducer_) reducer_->set_before_sync(nullptr);
+}
+
+// PyTorch's Join.notify_join_context: this rank still trains. Slot 1 proves every rank took part
+// in this very collective (a joined rank answering something else would make it less than N).
+void Join::notify() {
+  flag_.fill_(1);
+  std::vector<torch::Tensor> list{flag_};
+  pg_->wait(pg_->allreduce_sum_async(list), "Join: allreduce of which ranks still have a batch");
+}
+
+int64_t Join::finish() {
+  DDP_CHECK(!finished_, "Join::finish() was called twice", "call it once, after this rank's last batch");
+  finished_ = true;
+  if (!reducer_) return 0;  // ZeRO: the counts were checked equal
+  reducer_->set_before_sync(nullptr);
+  int64_t shadowed = 0;
+  const int n = pg_->size();
+  while (true) {
+    flag_.zero_();
+    flag_[1] = 1;
+    pg_->allreduce_sum(flag_, "Join: allreduce of which ranks still have a batch (rank " + std::to_string(pg_->rank()) +
+                                  " has none left, after shadowing " + std::to_string(shadowed) + " steps)");
+    const auto host = flag_.cpu();
+    const int64_t still_training = host[0].item<int64_t>(), present = host[1].item<int64_t>();
+    DDP_CHECK(present == n,
+              "Join: rank " + std::to_string(pg_->rank()) +
+                  " (out of batches) met a collective other than DistributedDataParallel's: the ranks are out "
+                  "of step",
+              "inside a Join make no collective of your own (a loss allreduce, a barrier, the stop "
+              "agreement): move it after Join::finish()");
+    if (still_training == 0) break;
+    reducer_->shadow_backward();
+    ++shadowed;
+  }
+  sync_final_model(shadowed == 0);
+  return shadowed;
+}
+
+// PyTorch's _sync_final_model: the authoritative rank is the highest of the last joiners (the
+// ranks that shadowed nothing, i.e. had the most batches); every rank takes its parameters and
+// buffers. One allreduce of a per-rank mark finds it (the group has a sum, not a max).
+void Join::sync_final_model(bool last_joiner) {
+  torch::NoGradGuard no_grad;
+  auto marks = torch::zeros({pg_->size()}, torch::TensorOptions().dtype(torch::kInt64).device(pg_->device()));
+  if (last_joiner) marks[pg_->rank()] = 1;
+  pg_->allreduce_sum(marks, "Join: allreduce of the last ranks to finish");
+  const auto host = marks.cpu();
+  int root = -1;
+  for (int r = 0; r < pg_->size(); ++r)
+    if (host[r].item<int64_t>() > 0) root = r;
+  DDP_CHECK(root >= 0, "Join: no rank finished last", "this is a bug in ddp::Join; please report it");
+  std::vector<torch::Tensor> state = module_->parameters(/*recurse=*/true);
+  for (const auto& b : module_->buffers(/*recurse=*/true)) state.push_back(b);
+  std::vector<std::vector<torch::Tensor>> inputs;
+  inputs.reserve(state.size());
+  std::vector<c10::intrusive_ptr<c10d::Work>> works;
+  for (auto& t : state) {
+    inputs.push_back({t});
+    c10d::BroadcastOptions bo;
+    bo.rootRank = root;
+    works.push_back(pg_->backend().broadcast(inputs.back(), bo));
+  }
+  const std::string what = "Join: broadcast of the final parameters and buffers from rank " + std::to_string(root);
+  for (auto& w : works) pg_->wait(w, what);
+}
+
+}  // namespace ddp
