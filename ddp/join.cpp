@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "ddp/error.h"
+#include "ddp/model_broadcast.h"  // defines: broadcast_tensors
 
 namespace ddp {
 
@@ -96,17 +97,8 @@ void Join::sync_final_model(bool last_joiner) {
   DDP_CHECK(root >= 0, "Join: no rank finished last", "this is a bug in ddp::Join; please report it");
   std::vector<torch::Tensor> state = module_->parameters(/*recurse=*/true);
   for (const auto& b : module_->buffers(/*recurse=*/true)) state.push_back(b);
-  std::vector<std::vector<torch::Tensor>> inputs;
-  inputs.reserve(state.size());
-  std::vector<c10::intrusive_ptr<c10d::Work>> works;
-  for (auto& t : state) {
-    inputs.push_back({t});
-    c10d::BroadcastOptions bo;
-    bo.rootRank = root;
-    works.push_back(pg_->backend().broadcast(inputs.back(), bo));
-  }
-  const std::string what = "Join: broadcast of the final parameters and buffers from rank " + std::to_string(root);
-  for (auto& w : works) pg_->wait(w, what);
+  broadcast_tensors(state, root, *pg_,
+                    "Join: broadcast of the final parameters and buffers from rank " + std::to_string(root));
 }
 
 }  // namespace ddp

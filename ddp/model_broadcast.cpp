@@ -47,16 +47,21 @@ void broadcast_from_rank0(const std::vector<std::string>& names, const std::vect
 
   std::vector<torch::Tensor> state = params;
   state.insert(state.end(), buffers.begin(), buffers.end());
+  broadcast_tensors(state, 0, pg, "initial broadcast of parameters from rank 0");
+}
+
+void broadcast_tensors(const std::vector<torch::Tensor>& tensors, int root, ProcessGroup& pg, const std::string& what) {
+  torch::NoGradGuard no_grad;  // in-place writes into leaves that require grad
   std::vector<c10::intrusive_ptr<c10d::Work>> works;
   std::vector<std::vector<torch::Tensor>> inputs;
-  inputs.reserve(state.size());
-  for (auto& t : state) {
+  inputs.reserve(tensors.size());  // the backend keeps a reference to each vector until its work ends
+  for (const auto& t : tensors) {
     inputs.push_back({t});
     c10d::BroadcastOptions bo;
-    bo.rootRank = 0;
+    bo.rootRank = root;
     works.push_back(pg.backend().broadcast(inputs.back(), bo));
   }
-  for (auto& w : works) pg.wait(w, "initial broadcast of parameters from rank 0");
+  for (auto& w : works) pg.wait(w, what);
 }
 
 }  // namespace ddp
