@@ -17,6 +17,7 @@
 #                         driver decide: clusters/<site>/README.md says which, and why
 #   DDPW_TORCH_INDEX_URL  the wheel index of that build (cu126, cu128): the --index-url that
 #                         PyTorch's Get Started page gives for Linux / Pip / that CUDA version
+#   DDPW_NO_UV=1          install the wheels with pip even where uv could (see install_wheels)
 set -euo pipefail
 
 DDPW_HOME=${DDPW_HOME:-$HOME/.cache/ddp-workshop}
@@ -55,6 +56,98 @@ missing_packages() {
   done
 }
 
+# LibTorch. An explicit one (a libtorch archive or a module via CMAKE_PREFIX_PATH/Torch_DIR) or a
+# python3 with torch on PATH wins; otherwise the torch wheel, cached in $VENV. DDPW_TORCH_CUDA asks
+# for one CUDA build of it: the GPU decides (torch 2.11's cu128 and cu130 have no kernels for a
+# V100, only cu126 does) and so does the driver (cu130 needs release 580 or newer).
+# install_wheels SPEC...: SPEC, numpy and matplotlib into the venv. With no wheel index of the
+# user's (DDPW_TORCH_INDEX_URL, or an index-url in pip's configuration), uv installs them: it fetches and
+# unpacks torch's ~4 GB (the CUDA libraries are wheels too) in parallel, ~40 s where pip takes
+# ~100-140 s on 2 cores, which is most of the time before step 0's first line. Its cache lives
+# in DDPW_HOME, beside the venv (same filesystem: files are hard-linked, not stored twice). Where
+# the user has an index or uv cannot be had, pip installs them as it always did (DDPW_NO_UV=1 too).
+own_index() {
+  [ -z "$torch_index" ] || return 0
+  "$VENV/bin/python3" -m pip config list 2>/dev/null | grep -qE '(^|\.)(extra-)?index-url='
+}
+install_wheels() {
+  if [ -z "${DDPW_NO_UV:-}" ] && ! own_index &&
+     { [ -x "$VENV/bin/uv" ] || "$VENV/bin/python3" -m pip install -q uv; }; then
+    UV_CACHE_DIR=${UV_CACHE_DIR:-$DDPW_HOME/uv-cache} \
+      "$VENV/bin/uv" pip install -q --python "$VENV/bin/python3" "$@" numpy matplotlib && return
+    say "uv could not install them: pip instead"
+  fi
+  "$VENV/bin/python3" -m pip install -q --upgrade pip
+  local index=()
+  [ -z "$torch_index" ] || index=(--index-url "$torch_index")
+  "$VENV/bin/python3" -m pip install -q "${index[@]}" "$@"
+  "$VENV/bin/python3" -m pip install -q numpy matplotlib
+}
+
+setup_torch() {
+  torch_of() { "$1" -c 'import torch, sys; sys.stdout.write(torch.__version__)' 2>/dev/null; }
+  DDPW_TORCH_CUDA=${DDPW_TORCH_CUDA:-}
+  torch_index=${DDPW_TORCH_INDEX_URL:-}
+  case $DDPW_TORCH_CUDA in
+    "") ;;
+    cu126|cu128|cu130) ;;
+    *) say "DDPW_TORCH_CUDA=$DDPW_TORCH_CUDA is not a build of torch $DDPW_TORCH: use cu126 (V100 and older), cu128 or cu130 (clusters/<site>/README.md says which)"
+       exit 1 ;;
+  esac
+  # wants VERSION: the cached torch is the one asked for (with DDPW_TORCH_CUDA, that build of it).
+  wants() {
+    [ -n "$1" ] || return 1
+    if [ -n "$DDPW_TORCH_CUDA" ]; then [ "$1" = "$DDPW_TORCH+$DDPW_TORCH_CUDA" ]; return; fi
+    [ "$1" = "$DDPW_TORCH" ] || [[ "$1" == "$DDPW_TORCH+"* ]]
+  }
+  cached=$(torch_of "$VENV/bin/python3" || true)
+  if [ -n "${Torch_DIR:-}${CMAKE_PREFIX_PATH:-}" ]; then
+    say "LibTorch: using Torch_DIR/CMAKE_PREFIX_PATH from the environment"
+  elif [ -z "$DDPW_TORCH_CUDA" ] && [ -n "$(torch_of python3)" ] && [ ! -x "$VENV/bin/python3" ]; then
+    say "LibTorch: the torch $(torch_of python3) of $(command -v python3)"
+  elif wants "$cached"; then
+    say "LibTorch: torch $cached cached in $VENV"
+  elif [ -z "$DDPW_TORCH_CUDA" ] && [ "$(id -u)" -ne 0 ] && [ -n "${SLURM_CLUSTER_NAME:-}${MODULEPATH:-}" ]; then
+    say "LibTorch: none found; load the site's pytorch module (clusters/<site>/env.sh) and run again, or"
+    say "          install a torch build for the site's GPUs: DDPW_TORCH_CUDA=cu126|cu128|cu130 scripts/setup.sh"
+    say "          (clusters/<site>/README.md says which build, and where the venv goes: DDPW_HOME)"
+    exit 1
+  else
+    # cu126 and cu128 live on PyTorch's own wheel index only; cu130 is the default index's wheel.
+    if [ -z "$torch_index" ] && [ -n "$DDPW_TORCH_CUDA" ] && [ "$DDPW_TORCH_CUDA" != cu130 ] &&
+       [ -z "${PIP_INDEX_URL:-}${PIP_EXTRA_INDEX_URL:-}" ]; then
+      say "DDPW_TORCH_CUDA=$DDPW_TORCH_CUDA needs PyTorch's $DDPW_TORCH_CUDA wheel index, and none is set."
+      say "Fix: export DDPW_TORCH_INDEX_URL=<the --index-url that PyTorch's Get Started page gives for"
+      say "     Linux / Pip / CUDA ${DDPW_TORCH_CUDA:2:2}.${DDPW_TORCH_CUDA:4}> (or your site's mirror of it), then run this again"
+      exit 1
+    fi
+    toolkit=13; case $DDPW_TORCH_CUDA in cu12*) toolkit=12 ;; esac
+    if ! command -v nvcc >/dev/null; then
+      say "note: no nvcc on PATH. The torch wheel is CUDA-enabled and its CMake config needs nvcc:"
+      say "      install the CUDA toolkit of the wheel's CUDA major version ($toolkit), or load its module"
+    fi
+    if [ -n "$cached" ] && [ -n "$DDPW_TORCH_CUDA" ] && [[ $cached != *"+$DDPW_TORCH_CUDA" ]]; then
+      # Another CUDA build in the venv: a fresh venv, not a second set of CUDA libraries beside the first.
+      say "the venv holds torch $cached, not the $DDPW_TORCH_CUDA build: making a new venv in $VENV"
+      say "(configure a fresh build folder afterwards: the old one links the old build)"
+      rm -rf "$VENV"
+    fi
+    what="torch==$DDPW_TORCH${DDPW_TORCH_CUDA:+ ($DDPW_TORCH_CUDA)}"
+    say "installing $what into $VENV (once; later runs reuse it)"
+    mkdir -p "$DDPW_HOME"
+    [ -x "$VENV/bin/python3" ] || python3 -m venv "$VENV"
+    install_wheels "torch==$DDPW_TORCH"
+    installed=$(torch_of "$VENV/bin/python3" || true)
+    if ! wants "$installed"; then
+      say "the index gave torch ${installed:-(none)}, not the $DDPW_TORCH_CUDA build of $DDPW_TORCH."
+      say "Fix: set DDPW_TORCH_INDEX_URL to PyTorch's $DDPW_TORCH_CUDA wheel index (its Get Started page gives it)"
+      exit 1
+    fi
+    say "LibTorch: torch $installed in $VENV"
+  fi
+}
+
+torch_pid=""
 if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then
   mapfile -t missing < <(missing_packages)
   if [ "${#missing[@]}" -gt 0 ]; then
@@ -63,6 +156,19 @@ if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then
     # The package lists once per set-up: --rest skips the update --first made an hour ago or less.
     if [ "$phase" != rest ] || [ -z "$(find /var/lib/apt/lists -maxdepth 1 -name '*Packages*' -mmin -60 2>/dev/null)" ]; then
       apt-get -o DPkg::Lock::Timeout=900 update -qq
+    fi
+    # On a bare machine the torch wheel installs while apt installs the toolchain: it needs only
+    # python3 and its venv module, which come first.
+    if [ "$phase" != rest ]; then
+      early=()
+      for p in "${missing[@]}"; do case $p in python3|python3-venv) early+=("$p") ;; esac; done
+      [ "${#early[@]}" -eq 0 ] ||
+        apt-get -o DPkg::Lock::Timeout=900 install -y -qq --no-install-recommends "${early[@]}" >/dev/null
+      set -m  # its own process group: if apt fails, the EXIT trap stops the whole install
+      setup_torch &
+      torch_pid=$!
+      set +m
+      trap 'kill -- -"$torch_pid" 2>/dev/null || true' EXIT
     fi
     apt-get -o DPkg::Lock::Timeout=900 install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
   else
@@ -78,74 +184,12 @@ else
 fi
 
 [ "$phase" != rest ] || exit 0   # torch came with --first
-
-# LibTorch. An explicit one (a libtorch archive or a module via CMAKE_PREFIX_PATH/Torch_DIR) or a
-# python3 with torch on PATH wins; otherwise the torch wheel, cached in $VENV. DDPW_TORCH_CUDA asks
-# for one CUDA build of it: the GPU decides (torch 2.11's cu128 and cu130 have no kernels for a
-# V100, only cu126 does) and so does the driver (cu130 needs release 580 or newer).
-torch_of() { "$1" -c 'import torch, sys; sys.stdout.write(torch.__version__)' 2>/dev/null; }
-DDPW_TORCH_CUDA=${DDPW_TORCH_CUDA:-}
-torch_index=${DDPW_TORCH_INDEX_URL:-}
-case $DDPW_TORCH_CUDA in
-  "") ;;
-  cu126|cu128|cu130) ;;
-  *) say "DDPW_TORCH_CUDA=$DDPW_TORCH_CUDA is not a build of torch $DDPW_TORCH: use cu126 (V100 and older), cu128 or cu130 (clusters/<site>/README.md says which)"
-     exit 1 ;;
-esac
-# wants VERSION: the cached torch is the one asked for (with DDPW_TORCH_CUDA, that build of it).
-wants() {
-  [ -n "$1" ] || return 1
-  if [ -n "$DDPW_TORCH_CUDA" ]; then [ "$1" = "$DDPW_TORCH+$DDPW_TORCH_CUDA" ]; return; fi
-  [ "$1" = "$DDPW_TORCH" ] || [[ "$1" == "$DDPW_TORCH+"* ]]
-}
-cached=$(torch_of "$VENV/bin/python3" || true)
-if [ -n "${Torch_DIR:-}${CMAKE_PREFIX_PATH:-}" ]; then
-  say "LibTorch: using Torch_DIR/CMAKE_PREFIX_PATH from the environment"
-elif [ -z "$DDPW_TORCH_CUDA" ] && [ -n "$(torch_of python3)" ] && [ ! -x "$VENV/bin/python3" ]; then
-  say "LibTorch: the torch $(torch_of python3) of $(command -v python3)"
-elif wants "$cached"; then
-  say "LibTorch: torch $cached cached in $VENV"
-elif [ -z "$DDPW_TORCH_CUDA" ] && [ "$(id -u)" -ne 0 ] && [ -n "${SLURM_CLUSTER_NAME:-}${MODULEPATH:-}" ]; then
-  say "LibTorch: none found; load the site's pytorch module (clusters/<site>/env.sh) and run again, or"
-  say "          install a torch build for the site's GPUs: DDPW_TORCH_CUDA=cu126|cu128|cu130 scripts/setup.sh"
-  say "          (clusters/<site>/README.md says which build, and where the venv goes: DDPW_HOME)"
-  exit 1
+if [ -n "$torch_pid" ]; then
+  wait "$torch_pid"  # its failure (with its fix, printed) is this script's: set -e
+  trap - EXIT
 else
-  # cu126 and cu128 live on PyTorch's own wheel index only; cu130 is the default index's wheel.
-  if [ -z "$torch_index" ] && [ -n "$DDPW_TORCH_CUDA" ] && [ "$DDPW_TORCH_CUDA" != cu130 ] &&
-     [ -z "${PIP_INDEX_URL:-}${PIP_EXTRA_INDEX_URL:-}" ]; then
-    say "DDPW_TORCH_CUDA=$DDPW_TORCH_CUDA needs PyTorch's $DDPW_TORCH_CUDA wheel index, and none is set."
-    say "Fix: export DDPW_TORCH_INDEX_URL=<the --index-url that PyTorch's Get Started page gives for"
-    say "     Linux / Pip / CUDA ${DDPW_TORCH_CUDA:2:2}.${DDPW_TORCH_CUDA:4}> (or your site's mirror of it), then run this again"
-    exit 1
-  fi
-  toolkit=13; case $DDPW_TORCH_CUDA in cu12*) toolkit=12 ;; esac
-  if ! command -v nvcc >/dev/null; then
-    say "note: no nvcc on PATH. The torch wheel is CUDA-enabled and its CMake config needs nvcc:"
-    say "      install the CUDA toolkit of the wheel's CUDA major version ($toolkit), or load its module"
-  fi
-  if [ -n "$cached" ] && [ -n "$DDPW_TORCH_CUDA" ] && [[ $cached != *"+$DDPW_TORCH_CUDA" ]]; then
-    # Another CUDA build in the venv: a fresh venv, not a second set of CUDA libraries beside the first.
-    say "the venv holds torch $cached, not the $DDPW_TORCH_CUDA build: making a new venv in $VENV"
-    say "(configure a fresh build folder afterwards: the old one links the old build)"
-    rm -rf "$VENV"
-  fi
-  what="torch==$DDPW_TORCH${DDPW_TORCH_CUDA:+ ($DDPW_TORCH_CUDA)}"
-  say "installing $what into $VENV (once; later runs reuse it)"
-  mkdir -p "$DDPW_HOME"
-  [ -x "$VENV/bin/python3" ] || python3 -m venv "$VENV"
-  "$VENV/bin/python3" -m pip install -q --upgrade pip
-  index=()
-  [ -z "$torch_index" ] || index=(--index-url "$torch_index")
-  "$VENV/bin/python3" -m pip install -q "${index[@]}" "torch==$DDPW_TORCH"
-  "$VENV/bin/python3" -m pip install -q numpy matplotlib
-  installed=$(torch_of "$VENV/bin/python3" || true)
-  if ! wants "$installed"; then
-    say "the index gave torch ${installed:-(none)}, not the $DDPW_TORCH_CUDA build of $DDPW_TORCH."
-    say "Fix: set DDPW_TORCH_INDEX_URL to PyTorch's $DDPW_TORCH_CUDA wheel index (its Get Started page gives it)"
-    exit 1
-  fi
-  say "LibTorch: torch $installed in $VENV"
+  setup_torch
 fi
+
 # The venv also brings torchrun (step 2) and matplotlib (plots): put it on PATH for the scripts.
 if [ -x "$VENV/bin/torchrun" ]; then say "torchrun: $VENV/bin/torchrun"; fi
