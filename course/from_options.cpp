@@ -82,6 +82,7 @@ ProcessGroupOptions process_group_options(const Options& o) {
   p.backend = o.backend;
   p.rendezvous_timeout = std::chrono::milliseconds(static_cast<int64_t>(o.rendezvous_timeout_s * 1000));
   p.collective_timeout = std::chrono::milliseconds(static_cast<int64_t>(o.collective_timeout_s * 1000));
+  p.check_collectives = o.check_collectives;
   return p;
 }
 

@@ -296,6 +296,9 @@ Options parse_options(int argc, char** argv, const std::string& description, uns
         ->check(real("--rendezvous-timeout", 0.1, 86400));
     app.add_option("--collective-timeout", o.collective_timeout_s, "Seconds before a collective is declared hung")
         ->check(real("--collective-timeout", 0.1, 86400));
+    app.add_flag("--check-collectives", o.check_collectives,
+                 "Before each collective, check that every rank calls the same one; a rank that differs stops "
+                 "all at once, naming each rank's call (debugging; as TORCH_DISTRIBUTED_DEBUG=DETAIL)");
   }
 
   // ZeRO (step 4) and the trainer (step 5).

@@ -59,6 +59,7 @@ struct Options {
   bool bf16_compress = false;  // DDP's buckets travel as bfloat16 (PyTorch's bf16_compress_hook)
   double rendezvous_timeout_s = 300;
   double collective_timeout_s = 600;
+  bool check_collectives = false;  // the collective check (ddp::ProcessGroupOptions::check_collectives)
 
   // ZeRO (kZeroOptions: step 4; the trainer's zero1/zero2 strategies). parse_options reads the DeepSpeed
   // config and applies its batch size, steps_per_print and bucket size; the optimizer, the warm-up and

@@ -167,7 +167,8 @@ class DistributedDataParallel {
   M* operator->() const { return module_.get(); }               // the plain module: parameters(), train(), ...
   const std::shared_ptr<M>& module() const { return module_; }  // for checkpoints: a plain module
   size_t bucket_count() const { return reducer_->bucket_count(); }
-  GradientReducer& reducer() { return *reducer_; }  // for Join (join.h)
+  GradientReducer& reducer() { return *reducer_; }   // for Join (join.h)
+  ForwardSync& forward_sync() { return *forward_; }  // for Join: it shadows the buffers' broadcast
   // Whether forwards through the wrapper broadcast rank 0's buffers (broadcast_buffers and buffers).
   bool broadcasts_buffers() const { return forward_->broadcasts_buffers(); }
 

@@ -51,9 +51,14 @@ void ForwardSync::after_forward(bool backward_will_sync) {
   if (hooks_) versions_after_forward_ = versions();
 }
 
-// Rank 0's buffers to every rank: one flat tensor per dtype and device, one broadcast each.
 void ForwardSync::broadcast_buffers() {
   if (pg_->size() == 1) return;  // nothing to send (as the gradient reducer)
+  broadcast_buffers_from(source_ ? source_() : 0);
+}
+
+// Rank root's buffers to every rank: one flat tensor per dtype and device, one broadcast each.
+void ForwardSync::broadcast_buffers_from(int root) {
+  if (pg_->size() == 1) return;
   torch::NoGradGuard no_grad;
   const auto bufs = buffers();
   std::map<std::pair<int, std::string>, std::vector<size_t>> groups;  // (dtype, device) -> buffers
@@ -67,13 +72,13 @@ void ForwardSync::broadcast_buffers() {
     for (size_t i : group.second) pieces.push_back(bufs[i].reshape({-1}));
     flats.push_back({torch::cat(pieces)});
     c10d::BroadcastOptions options;
-    options.rootRank = 0;
+    options.rootRank = root;
     works.push_back(pg_->backend().broadcast(flats.back(), options));
   }
   // In order (every rank issued the same broadcasts in the same order); on NCCL this only makes
   // the current stream wait, so the copies below queue behind the broadcasts.
-  for (auto& w : works) pg_->wait(w, "broadcast of rank 0's buffers before the forward");
-  if (pg_->rank() == 0) return;
+  for (auto& w : works) pg_->wait(w, "broadcast of rank " + std::to_string(root) + "'s buffers before the forward");
+  if (pg_->rank() == root) return;
   size_t k = 0;
   for (const auto& group : groups) {
     int64_t offset = 0;

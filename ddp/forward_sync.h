@@ -4,7 +4,8 @@
 //     and batch counter, ...) are broadcast to every rank at the start of a forward through the
 //     wrapper, so every rank normalises with rank 0's statistics and a snapshot of any rank holds
 //     the same buffers. One broadcast per dtype and device (PyTorch coalesces them the same way);
-//     none when the module has no buffers or the world has one rank.
+//     none when the module has no buffers or the world has one rank. Inside a Join (join.h) the
+//     source is the last rank still training, and the ranks that joined take part.
 //     When: as PyTorch's will_sync_module_buffers, a forward broadcasts if the previous forward
 //     through the wrapper ran with gradients enabled and outside no_sync() (or there was none
 //     yet). So with no_sync() gradient accumulation the first micro-batch broadcasts; the first
@@ -28,6 +29,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -50,8 +52,14 @@ class ForwardSync {
   void before_forward();
   void after_forward(bool backward_will_sync);
 
-  // Broadcasts rank 0's buffers now (every rank must call it), whatever the rule above says.
+  // Broadcasts rank 0's buffers now (every rank must call it), whatever the rule above says;
+  // inside a Join, the buffers of the source it agrees on (below).
   void broadcast_buffers();
+  // The broadcast from rank `root` (a rank that joined a Join shadows the others' with it).
+  void broadcast_buffers_from(int root);
+  // Inside a Join (join.h): who sends the buffers, agreed with the ranks that joined before each
+  // broadcast (the last rank still training, as PyTorch's _find_common_rank). nullptr: rank 0.
+  void set_buffer_source(std::function<int()> source) { source_ = std::move(source); }
 
   // True when the next forward through the wrapper will broadcast.
   bool will_broadcast() const;
@@ -68,6 +76,7 @@ class ForwardSync {
   bool enabled_;
   bool has_buffers_ = false;
   bool next_forward_broadcasts_ = true;  // PyTorch's require_forward_param_sync
+  std::function<int()> source_;          // set by a Join
   std::vector<int64_t> versions_after_forward_;
   bool in_backward_ = false;                      // this backward pass was checked; reset when it ends...
   std::shared_ptr<std::atomic<bool>> abandoned_;  // ...or when an exception ended it first

@@ -38,20 +38,68 @@ void require_even_batches(ProcessGroup& pg, int64_t batches, const std::string& 
 
 Join::Join(GradientReducer& reducer, std::shared_ptr<torch::nn::Module> module)
     : reducer_(&reducer), module_(std::move(module)), pg_(&reducer.process_group()) {
-  flag_ = torch::zeros({2}, torch::TensorOptions().dtype(torch::kInt64).device(pg_->device()));
+  flag_ = torch::zeros({3 + pg_->size()}, torch::TensorOptions().dtype(torch::kInt64).device(pg_->device()));
   reducer_->set_before_sync([this] { notify(); });
 }
 
 Join::~Join() {
   if (reducer_) reducer_->set_before_sync(nullptr);
+  if (forward_) forward_->set_buffer_source(nullptr);
 }
 
-// PyTorch's Join.notify_join_context: this rank still trains. Slot 1 proves every rank took part
-// in this very collective (a joined rank answering something else would make it less than N).
+void Join::shadow_buffer_broadcast(ForwardSync& forward) {
+  forward_ = &forward;
+  forward_->set_buffer_source([this] { return agree_on_buffer_source(); });
+}
+
+// This rank's flag: [has a batch, 1, before a buffer broadcast, then a 1 in its own slot if it has a batch].
+// Slot 1 proves every rank took part in this very collective (a joined rank answering something
+// else would make it less than N).
+static void set_join_flag(torch::Tensor& flag, int rank, bool training, bool buffers) {
+  flag.zero_();
+  flag[1] = 1;
+  if (training) {
+    flag[0] = 1;
+    flag[3 + rank] = 1;
+  }
+  if (buffers) flag[2] = 1;
+}
+
+// PyTorch's Join.notify_join_context: this rank still trains.
 void Join::notify() {
-  flag_.fill_(1);
+  set_join_flag(flag_, pg_->rank(), true, false);
   std::vector<torch::Tensor> list{flag_};
   pg_->wait(pg_->allreduce_sum_async(list), "Join: allreduce of which ranks still have a batch");
+}
+
+std::vector<int64_t> Join::exchange_flag(bool training, bool buffers, const std::string& what) {
+  set_join_flag(flag_, pg_->rank(), training, buffers);
+  pg_->allreduce_sum(flag_, what);
+  const auto host = flag_.cpu();
+  const auto* f = host.data_ptr<int64_t>();
+  std::vector<int64_t> sums(f, f + host.numel());
+  // Every rank answered, and the ranks still training all sent the same kind of flag.
+  DDP_CHECK(sums[1] == pg_->size() && (sums[2] == 0 || sums[2] == sums[0]),
+            "Join: rank " + std::to_string(pg_->rank()) +
+                " met a collective other than DistributedDataParallel's: the ranks are out of step",
+            "inside a Join make no collective of your own (a loss allreduce, a barrier, the stop "
+            "agreement): move it after Join::finish()");
+  return sums;
+}
+
+// The highest rank still training: PyTorch's authoritative rank for the buffers.
+static int highest_training(const std::vector<int64_t>& sums) {
+  int root = -1;
+  for (size_t r = 3; r < sums.size(); ++r)
+    if (sums[r] > 0) root = static_cast<int>(r - 3);
+  DDP_CHECK(root >= 0, "Join: no rank still training sent its buffers", "this is a bug in ddp::Join; please report it");
+  return root;
+}
+
+// Before a buffer broadcast of the ranks still training (the joined ones shadow it in finish()).
+int Join::agree_on_buffer_source() {
+  return highest_training(
+      exchange_flag(true, true, "Join: allreduce of which rank sends the buffers (the last one still training)"));
 }
 
 int64_t Join::finish() {
@@ -59,22 +107,20 @@ int64_t Join::finish() {
   finished_ = true;
   if (!reducer_) return 0;  // ZeRO: the counts were checked equal
   reducer_->set_before_sync(nullptr);
+  if (forward_) forward_->set_buffer_source(nullptr);
   int64_t shadowed = 0;
-  const int n = pg_->size();
   while (true) {
-    flag_.zero_();
-    flag_[1] = 1;
-    pg_->allreduce_sum(flag_, "Join: allreduce of which ranks still have a batch (rank " + std::to_string(pg_->rank()) +
-                                  " has none left, after shadowing " + std::to_string(shadowed) + " steps)");
-    const auto host = flag_.cpu();
-    const int64_t still_training = host[0].item<int64_t>(), present = host[1].item<int64_t>();
-    DDP_CHECK(present == n,
-              "Join: rank " + std::to_string(pg_->rank()) +
-                  " (out of batches) met a collective other than DistributedDataParallel's: the ranks are out "
-                  "of step",
-              "inside a Join make no collective of your own (a loss allreduce, a barrier, the stop "
-              "agreement): move it after Join::finish()");
-    if (still_training == 0) break;
+    const auto sums =
+        exchange_flag(false, false,
+                      "Join: allreduce of which ranks still have a batch (rank " + std::to_string(pg_->rank()) +
+                          " has none left, after shadowing " + std::to_string(shadowed) + " steps)");
+    if (sums[0] == 0) break;
+    if (sums[2] > 0) {  // the others broadcast their buffers before a forward: take part
+      DDP_CHECK(forward_, "Join: the other ranks broadcast buffers before a forward but this rank's model does not",
+                "wrap the model the same way (DdpOptions::broadcast_buffers) on every rank");
+      forward_->broadcast_buffers_from(highest_training(sums));
+      continue;
+    }
     reducer_->shadow_backward();
     ++shadowed;
   }

@@ -16,11 +16,11 @@
 //     rank among those that never shadowed), as PyTorch's _sync_final_model does: the ranks that
 //     joined early did not step their optimizers for the steps they shadowed. Their optimizer
 //     state stays as it was (PyTorch's too).
-//   * Buffers: a model with buffers must be wrapped with DdpOptions::broadcast_buffers = false to
-//     join: the broadcast before each forward (forward_sync.h) is not shadowed yet, so Join refuses
-//     it at construction, on every rank, naming the fix, rather than let the ranks hang. The final
-//     broadcast above still gives every rank the last rank's buffers. (PyTorch shadows the
-//     broadcast from the last rank still training; here that is left to do.)
+//   * Buffers (broadcast_buffers, forward_sync.h), as PyTorch's join hook: before each broadcast
+//     the ranks still training send the flag marked "buffers" with their rank; the highest of them
+//     (the last rank still training: PyTorch's authoritative rank, _find_common_rank) sends its
+//     buffers, and the ranks that joined, seeing the mark, take part in that broadcast too. So
+//     inside a Join the buffers come from that rank, not rank 0 (rank 0 may have joined long ago).
 //   * Inside the Join the only collectives may be DDP's: a joined rank answers every collective as
 //     if it were the flag's. Anything else (a loss allreduce per step, the stop agreement) goes
 //     after finish(). A flag allreduce paired with another collective is detected (each rank also
@@ -39,6 +39,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "ddp/distributed_data_parallel.h"
 #include "ddp/error.h"  // defines: DDP_CHECK
@@ -55,11 +56,7 @@ class Join {
  public:
   template <typename M>
   explicit Join(DistributedDataParallel<M>& model) : Join(model.reducer(), model.module()) {
-    DDP_CHECK(!model.broadcasts_buffers(),
-              "ddp::Join cannot shadow the broadcast of rank 0's buffers before each forward (the model has "
-              "buffers and DdpOptions::broadcast_buffers is on): the ranks would wait for each other forever",
-              "wrap the model with DdpOptions::broadcast_buffers = false to train it inside a Join (finish() "
-              "still gives every rank the last rank's buffers), or give every rank the same number of batches");
+    if (model.broadcasts_buffers()) shadow_buffer_broadcast(model.forward_sync());
   }
   // ZeRO cannot join (each rank owns a slice of the optimizer step, which the library cannot run for
   // a rank that has left the loop): the counts must be equal, checked here, at once.
@@ -80,12 +77,17 @@ class Join {
  private:
   Join(GradientReducer& reducer, std::shared_ptr<torch::nn::Module> module);
   void notify();  // a non-joined rank's flag, at the start of each synced backward
+  void shadow_buffer_broadcast(ForwardSync& forward);
+  int agree_on_buffer_source();  // a non-joined rank's flag before a buffer broadcast: the source
+  // The flag's allreduce; returns [still training, present, buffer broadcast, rank r training...].
+  std::vector<int64_t> exchange_flag(bool training, bool buffers, const std::string& what);
   void sync_final_model(bool last_joiner);
 
   GradientReducer* reducer_ = nullptr;  // null: ZeRO with even counts
   std::shared_ptr<torch::nn::Module> module_;
   ProcessGroup* pg_ = nullptr;
-  torch::Tensor flag_;  // [has a batch, 1], on the group's device
+  ForwardSync* forward_ = nullptr;  // set when the forwards broadcast buffers
+  torch::Tensor flag_;              // [has a batch, 1, buffer broadcast, rank r has a batch...], on the group's device
   bool finished_ = false;
 };
 

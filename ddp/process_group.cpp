@@ -18,6 +18,7 @@
 #include <optional>
 #include <thread>
 
+#include "ddp/collective_check.h"
 #include "ddp/config.h"  // defines: DDPW_HAVE_*, DDPW_TORCH_VERSION
 #include "ddp/device.h"
 #include "ddp/error.h"
@@ -234,6 +235,12 @@ std::string text_of(const std::exception& e) {
 
 const std::string kFailedKey = "ddpw/failed";  // the first failure's message, for the peers
 
+// PyTorch's switch for its collective check (ProcessGroupWrapper), honoured here too.
+bool debug_detail() {
+  const char* level = std::getenv("TORCH_DISTRIBUTED_DEBUG");
+  return level != nullptr && std::string(level) == "DETAIL";
+}
+
 }  // namespace
 
 std::string resolve_backend(const std::string& requested, const torch::Device& device) {
@@ -291,6 +298,7 @@ ProcessGroup::ProcessGroup(const LaunchEnv& launch, const torch::Device& device,
       stop_grace_(options.stop_grace),
       serves_store_(launch.global_rank == 0 && !launch.agent_store && launch.init_method.empty()),
       loopback_master_(is_loopback(launch.master_addr)),
+      check_collectives_(options.check_collectives || debug_detail()),
       device_(device) {
   DDP_CHECK(backend_name_ != "nccl" || device.is_cuda(),
             "the NCCL backend needs a CUDA device, this rank has " + device.str(),
@@ -328,6 +336,7 @@ void ProcessGroup::join_backend() {
       backend_ = make_gloo_backend(backend_store, rank_, size_, loopback_master_, gloo);
     } else
       backend_ = make_nccl_backend(backend_store, rank_, size_, collective_timeout_);
+    if (check_collectives_) join_collective_check();
   } catch (const c10::Error& e) {
     throw Error("rank " + std::to_string(rank_) + " could not connect the " + backend_name_ + " backend (rendezvous " +
                     rendezvous_ + ") after " +
@@ -338,6 +347,21 @@ void ProcessGroup::join_backend() {
   }
   // Every rank arrives here or the group fails now, not at the first training step.
   barrier("the first collective after joining the group");
+}
+
+// The check's own Gloo group (CPU, whatever the backend), over the same store (collective_check.h).
+void ProcessGroup::join_collective_check() {
+  ProcessGroupOptions gloo;
+  gloo.rendezvous_timeout = rendezvous_timeout_;
+  gloo.collective_timeout = collective_timeout_;
+  auto helper =
+      make_gloo_backend(c10::make_intrusive<c10d::PrefixStore>("check", store_), rank_, size_, loopback_master_, gloo);
+  CheckedBackend::Hooks hooks;
+  hooks.failing = [this](const std::string& message) {
+    note_failure("rank " + std::to_string(rank_) + ": " + message, true);
+  };
+  hooks.fail = [this](const std::string& what, double waited_s, const std::string& why) { fail(what, waited_s, why); };
+  checked_ = c10::make_intrusive<CheckedBackend>(backend_, helper, collective_timeout_, host_name(), std::move(hooks));
 }
 
 void ProcessGroup::refuse_shared_gpus() {
@@ -457,7 +481,7 @@ std::string ProcessGroup::group_failure() {
 c10::intrusive_ptr<c10d::Work> ProcessGroup::allreduce_sum_async(std::vector<torch::Tensor>& tensors) {
   c10d::AllreduceOptions options;
   options.reduceOp = c10d::ReduceOp::SUM;  // Gloo has no AVG: callers divide
-  return backend_->allreduce(tensors, options);
+  return backend().allreduce(tensors, options);
 }
 
 void ProcessGroup::wait(const c10::intrusive_ptr<c10d::Work>& work, const std::string& what) {
@@ -517,7 +541,7 @@ void ProcessGroup::allreduce_sum(torch::Tensor& tensor, const std::string& what)
 void ProcessGroup::broadcast(std::vector<torch::Tensor>& tensors, int root, const std::string& what) {
   c10d::BroadcastOptions options;
   options.rootRank = root;
-  auto work = backend_->broadcast(tensors, options);
+  auto work = backend().broadcast(tensors, options);
   backend_name_ == "nccl" ? wait_on_host(work, what) : wait(work, what);
 }
 

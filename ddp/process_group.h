@@ -72,6 +72,11 @@ struct ProcessGroupOptions {
   std::chrono::milliseconds stop_grace{std::chrono::seconds(20)};
   // false: rendezvous only; join_backend() later (hello reports every rank before any collective).
   bool join_backend = true;
+  // Before each collective, check that every rank calls the same one (op, sizes, dtypes); a rank
+  // that differs stops all at once, naming each rank's call (collective_check.h). One extra small
+  // Gloo allgather and a host wait per collective: for debugging. Also on when the environment
+  // has TORCH_DISTRIBUTED_DEBUG=DETAIL, as in PyTorch.
+  bool check_collectives = false;
 };
 
 // One group of all ranks; made by init_process_group, shared by the wrappers that use it.
@@ -93,8 +98,10 @@ class ProcessGroup {
   int size() const { return size_; }
   const std::string& backend_name() const { return backend_name_; }
   const torch::Device& device() const { return device_; }
-  // c10d's own backend and store, for what this class does not wrap (waits: use wait()).
-  CommBackend& backend() { return *backend_; }
+  // c10d's own backend and store, for what this class does not wrap (waits: use wait()). With the
+  // collective check on, the backend is the checking wrapper around it.
+  CommBackend& backend() { return checked_ ? *checked_ : *backend_; }
+  bool checks_collectives() const { return check_collectives_; }
   c10d::Store& store() { return *store_; }
 
   // Sum over all ranks, in place, asynchronously; finish with wait() or wait_on_host().
@@ -125,6 +132,7 @@ class ProcessGroup {
   [[noreturn]] void fail(const std::string& what, double waited_s, const std::string& why, bool publish = true);
   std::string group_failure();  // "" while healthy (NCCL's verdict, then the store's)
   void refuse_shared_gpus();
+  void join_collective_check();
   void store_barrier(const std::string& name, int expected, bool count_me, bool wait_here,
                      std::chrono::milliseconds timeout);
   void abort_backend() noexcept;
@@ -137,9 +145,11 @@ class ProcessGroup {
   bool serves_store_ = false;     // rank 0's TCPStore is the rendezvous server
   bool loopback_master_ = false;  // Gloo then binds to 127.0.0.1
   bool failed_ = false, aborted_ = false, shut_down_ = false;
+  bool check_collectives_ = false;
   c10::intrusive_ptr<c10d::Store> store_;
   std::unique_ptr<CollectiveTrace> trace_;   // each rank's last collective, in the store (collective_trace.h)
   c10::intrusive_ptr<CommBackend> backend_;  // declared after store_: destroyed before it
+  c10::intrusive_ptr<CommBackend> checked_;  // backend_ behind the collective check, when it is on
   torch::Device device_;
   int64_t gather_round_ = 0;
 };

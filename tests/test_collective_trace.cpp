@@ -11,10 +11,14 @@
 #include <torch/torch.h>
 
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "ddp/collective_check.h"
 #include "ddp/collective_trace.h"
 #include "ddp/error.h"
 #include "ddp/host.h"
@@ -104,3 +108,146 @@ TEST(CollectiveTrace, ATimeoutNamesTheRankThatNeverArrived) {
 }
 
 }  // namespace collective_trace_tests
+
+// The collective check (collective_check.h, ProcessGroupOptions::check_collectives): ranks that
+// call different collectives all stop at once, each naming every rank's call.
+namespace collective_check_tests {
+
+using collective_trace_tests::contains;
+
+ddp::CallPrint print(int64_t seq, const std::string& call) {
+  ddp::CallPrint p;
+  p.seq = seq;
+  p.host = "node7";
+  p.call = call;
+  p.hash = std::hash<std::string>()(call);
+  return p;
+}
+
+TEST(CollectiveCheck, FingerprintsRoundTripAndAMismatchNamesEachRanksCall) {
+  const auto back = ddp::CallPrint::decode(print(7, "barrier").encode().data(), ddp::CallPrint::kBytes);
+  ASSERT_TRUE(back.has_value());
+  EXPECT_EQ(back->seq, 7);
+  EXPECT_EQ(back->host, "node7");
+  EXPECT_EQ(back->call, "barrier");
+
+  const auto same = print(7, "allreduce (sum) of float32 [1234]");
+  EXPECT_EQ(ddp::describe_mismatch(7, {same, same, same}), "");
+  const std::string text =
+      ddp::describe_mismatch(7, {same, print(7, "broadcast from rank 0 of float32 [10]"), same, same});
+  EXPECT_EQ(text,
+            "collective 7 differs across ranks: ranks 0, 2, 3 (rank 0 @ node7): allreduce (sum) of float32 [1234]; "
+            "rank 1 @ node7: broadcast from rank 0 of float32 [10]");
+}
+
+TEST(CollectiveCheck, DescribesTensorsByDtypeAndShape) {
+  EXPECT_EQ(ddp::describe_tensors({torch::zeros({2, 3})}), "float32 [2, 3]");
+  EXPECT_EQ(ddp::describe_tensors({torch::zeros({1}, torch::kInt64), torch::zeros({4}, torch::kFloat64)}),
+            "int64 [1], float64 [4]");
+  std::vector<torch::Tensor> many(6, torch::zeros({5}));
+  EXPECT_EQ(ddp::describe_tensors(many), "float32 [5], float32 [5], float32 [5], ... (6 tensors)");
+}
+
+// n CPU ranks over Gloo with the check on (`on`) or left to the environment.
+int run_checked(bool on, const std::function<int(int rank, ddp::ProcessGroup& pg)>& body,
+                const std::string& phase = "") {
+  return ddp_test::run_processes(
+      2,
+      [&](int rank, const ddp::LaunchEnv& launch) {
+        ddp::ProcessGroupOptions options;
+        options.backend = "gloo";
+        options.rendezvous_timeout = options.collective_timeout = std::chrono::seconds(30);
+        options.check_collectives = on;
+        auto pg = ddp::init_process_group(launch, torch::Device(torch::kCPU), options);
+        return body(rank, *pg);
+      },
+      phase);
+}
+
+// Runs `call`; the ddp::Error it throws (its text and hint), and how long it took.
+struct Caught {
+  std::string text, hint;
+  double took = 0;
+};
+Caught catch_error(const std::function<void()>& call) {
+  Caught c;
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    call();
+  } catch (const ddp::Error& e) {
+    c.text = e.what();
+    c.hint = e.hint();
+  }
+  c.took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return c;
+}
+
+// The rank-0 guard mistake: rank 0 broadcasts what rank 1 never does; rank 1 goes on to the
+// epoch's allreduce. Unchecked, Gloo would pair the two (or hang until the 30 s timeout).
+TEST(CollectiveCheck, ABroadcastInsideARankZeroGuardStopsEveryRankAtOnceNamingBothCalls) {
+  const int rc = run_checked(true, [](int rank, ddp::ProcessGroup& pg) {
+    const Caught c = catch_error([&] {
+      if (rank == 0) {
+        std::vector<torch::Tensor> weights{torch::ones({10})};
+        pg.broadcast(weights, 0, "rank 0's checkpoint broadcast");
+      }
+      auto loss = torch::ones({1234});
+      pg.allreduce_sum(loss, "the epoch's loss");
+    });
+    std::printf("[rank %d] after %.2f s: %s (fix: %s)\n", rank, c.took, c.text.c_str(), c.hint.c_str());
+    const std::string host = ddp::host_name();
+    // Collective 1 is the group's first barrier; 2 is where the ranks part.
+    const bool named = contains(c.text, "collective 2 differs across ranks: ") &&
+                       contains(c.text, "rank 0 @ " + host + ": broadcast from rank 0 of float32 [10]") &&
+                       contains(c.text, "rank 1 @ " + host + ": allreduce (sum) of float32 [1234]") &&
+                       contains(c.hint, "rank guard");
+    return named && c.took < 10 ? 0 : 1;
+  });
+  EXPECT_EQ(rc, 0);
+}
+
+// Same op, different dtype and size, issued through backend() as DDP and ZeRO do.
+TEST(CollectiveCheck, DifferentDtypesOrSizesStopEveryRankNamingBoth) {
+  const int rc = run_checked(true, [](int rank, ddp::ProcessGroup& pg) {
+    const Caught c = catch_error([&] {
+      std::vector<torch::Tensor> grads{rank == 0 ? torch::ones({3}) : torch::ones({4}, torch::kFloat64)};
+      c10d::AllreduceOptions sum;
+      pg.wait(pg.backend().allreduce(grads, sum), "gradient allreduce");
+    });
+    std::printf("[rank %d] after %.2f s: %s\n", rank, c.took, c.text.c_str());
+    const bool named = contains(c.text, "rank 0 @ " + ddp::host_name() + ": allreduce (sum) of float32 [3]") &&
+                       contains(c.text, "rank 1 @ " + ddp::host_name() + ": allreduce (sum) of float64 [4]");
+    return named && c.took < 10 ? 0 : 1;
+  });
+  EXPECT_EQ(rc, 0);
+}
+
+// Matching collectives pass with the check on (here switched on as in PyTorch, by the
+// environment) and give what they give without it; each was checked.
+TEST(CollectiveCheck, MatchingCollectivesPassWithTheSameResults) {
+  const auto body = [](int rank, ddp::ProcessGroup& pg) {
+    auto sum = torch::full({5}, static_cast<float>(rank + 1));
+    pg.allreduce_sum(sum);
+    std::vector<torch::Tensor> from_one{torch::full({2, 2}, static_cast<double>(rank))};
+    pg.broadcast(from_one, 1);
+    auto flat = torch::empty({4}, torch::kInt64);
+    auto mine = torch::full({2}, static_cast<int64_t>(rank * 10));
+    pg.wait(pg.backend()._allgather_base(flat, mine), "allgather");
+    pg.barrier();
+    const bool right = torch::equal(sum, torch::full({5}, 3.0f)) &&
+                       torch::equal(from_one[0], torch::ones({2, 2}, torch::kFloat64)) &&
+                       torch::equal(flat, torch::tensor({0, 0, 10, 10}, torch::kInt64));
+    const auto* checked = dynamic_cast<ddp::CheckedBackend*>(&pg.backend());
+    const bool as_asked = pg.checks_collectives() == (checked != nullptr) &&
+                          (!checked || checked->checked() == 5);  // the join's barrier and these four
+    return right && as_asked ? 0 : 1;
+  };
+  EXPECT_EQ(run_checked(false, body, "off"), 0);
+  ::setenv("TORCH_DISTRIBUTED_DEBUG", "DETAIL", 1);
+  const int rc = run_checked(
+      false, [&](int rank, ddp::ProcessGroup& pg) { return pg.checks_collectives() ? body(rank, pg) : 1; }, "on");
+  ::unsetenv("TORCH_DISTRIBUTED_DEBUG");
+  EXPECT_EQ(rc, 0);
+}
+
+}  // namespace collective_check_tests

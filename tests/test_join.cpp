@@ -4,6 +4,8 @@
 //     at step s the ranks that still have a batch sum their gradients and divide by the world size
 //     (divide_by_initial_world_size=True), the others add zeros; in the end every rank holds the
 //     model of the last rank to finish. Several buckets, with and without find_unused_parameters.
+//   * With BatchNorm and the per-forward buffer broadcast, the joined ranks shadow the broadcast from
+//     the last rank still training: 2 and 3 ranks end with the running statistics of a replay.
 //   * ZeRO refuses uneven counts at once, on every rank, naming each rank's count and the fix;
 //     even counts go through.
 #include <gtest/gtest.h>
@@ -135,22 +137,65 @@ TEST(Join, EvenCountsShadowNothing) {
   EXPECT_EQ(ddp_test::run_ranks(2, [](int r, auto pg) { return train_uneven(r, pg, {3, 3}, false); }), 0);
 }
 
-// A model with buffers and broadcast_buffers on (the default): refused at once on every rank, naming
-// the option, instead of a hang between the joined rank's flag and the others' broadcast.
-TEST(Join, RefusesThePerForwardBufferBroadcastNamingTheOption) {
-  EXPECT_EQ(ddp_test::run_ranks(2,
-                                [](int rank, auto pg) {
-                                  ddp::DistributedDataParallel<CountingMlpImpl> ddp_model(make_model(1, false), pg);
-                                  try {
-                                    ddp::Join join(ddp_model);
-                                  } catch (const ddp::Error& e) {
-                                    std::printf("rank %d: %s (fix: %s)\n", rank, e.what(), e.hint().c_str());
-                                    return e.hint().find("broadcast_buffers = false") != std::string::npos ? 0 : 1;
-                                  }
-                                  std::fprintf(stderr, "rank %d: Join took a per-forward buffer broadcast\n", rank);
-                                  return 1;
-                                }),
-            0);
+// A model with BatchNorm and the per-forward buffer broadcast (the default): the ranks that joined
+// take part in it, and its source is the last rank still training (PyTorch's join hook). Every
+// rank ends with the buffers of a single-process replay: the broadcast before step s comes from
+// the highest rank still training at s, holding the buffers of step s - 1 updated with its own
+// batch; the final model is the last rank's. (Rank 0 as the source would give other statistics.)
+struct JoinBnNetImpl : torch::nn::Module {
+  JoinBnNetImpl() {
+    bn = register_module("bn", torch::nn::BatchNorm1d(16));
+    fc = register_module("fc", torch::nn::Linear(16, 4));
+    to(torch::kFloat64);
+  }
+  torch::Tensor forward(const torch::Tensor& x) { return fc(bn(x)); }
+  torch::nn::BatchNorm1d bn{nullptr};
+  torch::nn::Linear fc{nullptr};
+};
+
+int train_uneven_with_buffers(int rank, std::shared_ptr<ddp::ProcessGroup> pg, const std::vector<int>& counts) {
+  const int world = pg->size();
+  torch::manual_seed(7 + rank);
+  auto model = std::make_shared<JoinBnNetImpl>();
+  ddp::DistributedDataParallel<JoinBnNetImpl> ddp_model(model, pg);  // broadcast_buffers on
+  auto sgd = make_sgd(*model);
+  const int64_t shadowed = ddp::join(ddp_model, [&] {
+    for (int s = 0; s < counts[rank]; ++s) {
+      auto [x, y] = rank_batch(s, rank, world);
+      sgd.zero_grad();
+      torch::mse_loss(ddp_model(x), y).backward();
+      sgd.step();
+    }
+  });
+  const int steps = *std::max_element(counts.begin(), counts.end());
+  const auto training_at = [&](int s) {  // the highest rank with a batch at step s
+    int root = -1;
+    for (int r = 0; r < world; ++r)
+      if (counts[r] > s) root = r;
+    return root;
+  };
+  torch::nn::BatchNorm1d ref(16);
+  ref->to(torch::kFloat64);
+  {
+    torch::NoGradGuard no_grad;
+    for (int s = 0; s < steps; ++s) ref(rank_batch(s, training_at(s + 1 < steps ? s + 1 : s), world).first);
+  }
+  const bool same = torch::allclose(model->bn->running_mean, ref->running_mean, 0, 1e-12) &&
+                    torch::allclose(model->bn->running_var, ref->running_var, 0, 1e-12) &&
+                    model->bn->num_batches_tracked.item<int64_t>() == steps;
+  std::printf("rank %d: %d batches, shadowed %lld steps; max |running mean - replay| %.3g, batches tracked %lld\n",
+              rank, counts[rank], static_cast<long long>(shadowed),
+              (model->bn->running_mean - ref->running_mean).abs().max().item<double>(),
+              static_cast<long long>(model->bn->num_batches_tracked.item<int64_t>()));
+  return same && shadowed == steps - counts[rank] ? 0 : 1;
+}
+
+TEST(Join, TwoRanksUnevenShadowTheBufferBroadcastFromTheLastRankTraining) {
+  EXPECT_EQ(ddp_test::run_ranks(2, [](int r, auto pg) { return train_uneven_with_buffers(r, pg, {5, 3}); }), 0);
+}
+
+TEST(Join, ThreeRanksUnevenShadowTheBufferBroadcastFromTheLastRankTraining) {
+  EXPECT_EQ(ddp_test::run_ranks(3, [](int r, auto pg) { return train_uneven_with_buffers(r, pg, {4, 0, 6}); }), 0);
 }
 
 // ZeRO: every rank fails at once with every rank's count, before any step.

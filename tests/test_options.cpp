@@ -330,6 +330,13 @@ TEST_F(OptionsTest, PrecisionIsFp32UnlessAsked) {
   EXPECT_TRUE(parse({"5", "1", "--bf16-compress"}, ddpw::kTrainingOptions | ddpw::kDistributedOptions).bf16_compress);
 }
 
+// --check-collectives (ddp::ProcessGroupOptions::check_collectives): off unless asked.
+TEST_F(OptionsTest, CheckCollectivesIsOffUnlessAsked) {
+  const unsigned groups = ddpw::kTrainingOptions | ddpw::kDistributedOptions;
+  EXPECT_FALSE(parse({"5", "1"}, groups).check_collectives);
+  EXPECT_TRUE(parse({"5", "1", "--check-collectives"}, groups).check_collectives);
+}
+
 TEST_F(ZeroOptionsTest, TheConfigsBf16OrFp16ChoosesThePrecision) {
   const std::string bf16 = dir_ + ".bf16.json", fp16 = dir_ + ".fp16.json";
   std::ofstream(bf16) << R"({"train_batch_size": 8, "bf16": {"enabled": true}})";
