@@ -2,6 +2,7 @@
 
 #include "ddp/error.h"
 #include "ddp/files.h"
+#include "ddp/setting_names.h"  // defines: set_setting_name
 #include "ddp/spawn.h"
 
 #include <fcntl.h>
@@ -172,6 +173,24 @@ std::string unoffered_option_fix(const ProgramId& p, const std::string& error) {
 
 }  // namespace
 
+void name_library_settings() {
+  static const std::pair<Setting, const char*> kFlags[] = {
+      {Setting::kDevice, "--device"},
+      {Setting::kBackend, "--backend"},
+      {Setting::kRendezvousTimeout, "--rendezvous-timeout"},
+      {Setting::kCollectiveTimeout, "--collective-timeout"},
+      {Setting::kMasterPort, "--master-port"},
+      {Setting::kBatchSize, "--batch-size"},
+      {Setting::kWorkers, "--nproc"},
+      {Setting::kThreads, "--threads"},
+      {Setting::kSnapshotPath, "--snapshot"},
+      {Setting::kFreshStart, "--fresh"},
+      {Setting::kZeroStage, "--zero"},
+      {Setting::kExportWeightsPath, "--export-weights"},
+  };
+  for (const auto& [setting, flag] : kFlags) set_setting_name(setting, flag);
+}
+
 std::string default_snapshot_path(const ProgramId& p) {
   if (p.name.empty()) return "snapshot.pt";
   const std::string who = p.step >= 0 ? p.step_tag() : p.name;
@@ -189,6 +208,7 @@ Options parse_options(int argc, char** argv, const std::string& description, uns
 
 Options parse_options(int argc, char** argv, const std::string& description, unsigned groups,
                       const AddOptions& add_options, const ProgramId& program_id) {
+  name_library_settings();  // before the first library call below can word an error
   Options o;
   o.program = program_id;
   o.snapshot_path = default_snapshot_path(program_id);

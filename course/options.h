@@ -113,6 +113,11 @@ Options parse_options(int argc, char** argv, const std::string& description, uns
 // "snapshot-step2-solution.pt", "snapshot-step0.pt"; "snapshot.pt" outside a program target.
 std::string default_snapshot_path(const ProgramId& program);
 
+// Has the library's messages name its settings by this command line's flags ("--collective-timeout",
+// not ProcessGroupOptions::collective_timeout; ddp/setting_names.h). parse_options and run_main call
+// it first, so every program's learners read the flags they can type.
+void name_library_settings();
+
 // --master-addr, --master-port and --init-method, for resolve_launch_env.
 ddp::LaunchOverrides launch_overrides(const Options& options);
 

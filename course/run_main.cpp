@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <exception>
 
+#include "course/options.h"  // defines: name_library_settings
 #include "ddp/cuda_check.h"  // defines: UnsupportedCudaError
 #include "ddp/process.h"     // defines: configure_process
 
@@ -32,6 +33,7 @@ void set_error_prefix(const std::string& prefix) { error_prefix() = prefix; }
 
 int run_main(const std::function<int()>& body, const std::string& prefix) {
   configure_process(ProcessSettings{});  // every setting: before the first tensor and thread
+  name_library_settings();               // the library's hints name this command line's flags
   // Read when the error is printed: check_launch may have named the process by then.
   auto who = [&] {
     const std::string& name = error_prefix().empty() ? prefix : error_prefix();

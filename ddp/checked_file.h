@@ -16,7 +16,7 @@ namespace ddp {
 uint32_t crc32(std::string_view bytes);  // CRC-32 as zlib's crc32 (the checksum the header carries)
 
 // `magic` must be 8 characters; `version` is the caller's format version; `option` (e.g.
-// "--snapshot") names the setting to change when the file cannot be written.
+// setting_name(Setting::kSnapshotPath)) names the setting to change when the file cannot be written.
 void write_checked_file(const std::string& path, std::string_view magic, uint32_t version, const std::string& payload,
                         const std::string& option);
 

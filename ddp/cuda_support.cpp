@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cctype>
 
+#include "ddp/setting_names.h"  // defines: setting_name, setting_value
+
 namespace ddp {
 namespace {
 
@@ -247,7 +249,7 @@ CudaSupportVerdict judge_cuda_support(const CudaSupportInput& in) {
              ") cannot run it: ask the site for a newer driver, then " + install_hint(any, "fits both");
   } else {
     v.hint = "no build of torch 2.11 for Linux " + in.machine + " has kernels for " + sm_name(in.capability) +
-             ": run on GPUs of another kind, or on the CPU (--device cpu)";
+             ": run on GPUs of another kind, or on the CPU (" + setting_value(Setting::kDevice, "cpu") + ")";
   }
   v.summary = "FAILED: " + v.what;
   return v;

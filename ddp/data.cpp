@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "ddp/error.h"
+#include "ddp/setting_names.h"  // defines: setting_name, setting_value
 
 namespace ddp {
 
@@ -78,7 +79,8 @@ void DistributedSampler::set_epoch(int64_t epoch) {
 
 Loader::Loader(const Dataset& data, const DistributedSampler& sampler, int64_t batch_size, torch::Device device)
     : data_(data.on(device)), sampler_(sampler), batch_size_(batch_size), device_(device) {
-  DDP_CHECK(batch_size > 0, "batch size must be positive", "use --batch-size N with N >= 1");
+  DDP_CHECK(batch_size > 0, "batch size must be positive",
+            "use " + setting_value(Setting::kBatchSize, "N") + " with N >= 1");
 }
 
 const torch::Tensor& Loader::order() const {

@@ -8,6 +8,7 @@
 
 #include "ddp/cuda_check.h"  // defines: check_cuda_support
 #include "ddp/error.h"
+#include "ddp/setting_names.h"  // defines: setting_name, setting_value
 
 #ifdef DDPW_HAVE_CUDA
 #include <ATen/cuda/CUDAContextLight.h>  // at::cuda::getDeviceProperties: torch's CUDA runtime, not ours
@@ -23,8 +24,10 @@ torch::Device choose_device(const std::string& requested, int local_rank) {
 
   const int gpus = visible_gpus();
   if (gpus == 0) check_cuda_support(-1);  // a driver too old for LibTorch's CUDA hides every GPU: say so
-  DDP_CHECK(gpus > 0, "--device " + requested + " asks for a GPU but none is visible to this process",
-            "use --device cpu, or request GPUs from the scheduler (--gres=gpu:N / --gpus-per-node=N)");
+  DDP_CHECK(gpus > 0,
+            setting_value(Setting::kDevice, requested) + " asks for a GPU but none is visible to this process",
+            "use " + setting_value(Setting::kDevice, "cpu") +
+                ", or request GPUs from the scheduler (--gres=gpu:N / --gpus-per-node=N)");
   // More ranks than GPUs share them in turn: valid for Gloo; for NCCL the process group refuses it,
   // naming the GPU by its bus id, once it knows every rank's (one GPU per task is GPU 0 for each).
   int index = local_rank % gpus;
@@ -55,10 +58,8 @@ std::string gpu_bus_id([[maybe_unused]] const torch::Device& device) {
 int workers_per_node(const std::string& requested_device, int nproc) {
   const int gpus = requested_device == "cpu" ? 0 : visible_gpus();
   if (gpus == 0) return nproc;
-  std::printf(
-      "%d GPU(s) visible: starting one worker per GPU (%d); --nproc (%d) counts CPU workers, "
-      "for --device cpu\n",
-      gpus, gpus, nproc);
+  std::printf("%d GPU(s) visible: starting one worker per GPU (%d); %s (%d) counts CPU workers, for %s\n", gpus, gpus,
+              setting_name(Setting::kWorkers).c_str(), nproc, setting_value(Setting::kDevice, "cpu").c_str());
   std::fflush(stdout);
   return gpus;
 }

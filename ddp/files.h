@@ -17,7 +17,7 @@ void remove_tree(const std::string& path);        // rm -rf, quietly
 // Writes `bytes` to `path` (readable by the user only) through <path>.tmp.<pid> in the same folder:
 // write, fsync, rename over `path`, fsync the folder. A crash at any moment leaves the old file or
 // the new one, never a torn one; temp files left by writers that died are removed. Throws
-// ddp::Error; `option` (e.g. "--snapshot") names the setting to change in the hint.
+// ddp::Error; `option` (e.g. setting_name(Setting::kSnapshotPath)) names the setting to change in the hint.
 void write_file_atomically(const std::string& path, const std::string& bytes, const std::string& option);
 
 }  // namespace ddp

@@ -3,6 +3,8 @@
 #include <map>
 #include <utility>
 
+#include "ddp/setting_names.h"  // defines: setting_name, setting_value
+
 namespace ddp {
 
 std::vector<SharedGpu> shared_gpus(const std::vector<GpuClaim>& claims) {
@@ -40,8 +42,9 @@ SharingVerdict judge_gpu_sharing(const std::string& backend, const std::vector<G
       list;
   verdict.hint =
       "one rank per GPU: tasks per node (--ntasks-per-node, --nproc_per_node) = GPUs per node "
-      "(--gres=gpu:N / --gpus-per-node=N), each rank on its local rank's GPU (--device cuda, not cuda:N); "
-      "or --backend gloo to share GPUs";
+      "(--gres=gpu:N / --gpus-per-node=N), each rank on its local rank's GPU (" +
+      setting_value(Setting::kDevice, "cuda") + ", not cuda:N); or " + setting_value(Setting::kBackend, "gloo") +
+      " to share GPUs";
   return verdict;
 }
 

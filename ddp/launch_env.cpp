@@ -7,6 +7,7 @@
 
 #include "ddp/error.h"
 #include "ddp/hostlist.h"
+#include "ddp/setting_names.h"  // defines: setting_name, setting_value
 
 extern char** environ;
 
@@ -214,7 +215,7 @@ void validate_launch_env(const LaunchEnv& l) {
   if (!l.init_method.empty()) return;  // a rendezvous file: no port
   DDP_CHECK(l.master_port >= 0 && l.master_port < 65536,
             "master port " + std::to_string(l.master_port) + " is not a TCP port" + who,
-            "choose a port in 1024-65535 with --master-port or MASTER_PORT");
+            "choose a port in 1024-65535 with " + setting_name(Setting::kMasterPort) + " or MASTER_PORT");
   // 0: none chosen (no fixed default, where two jobs sharing a node would meet): the rendezvous
   // takes any free port for one process and refuses to guess one for several.
 }

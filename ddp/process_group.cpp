@@ -25,6 +25,7 @@
 #include "ddp/gloo_backend.h"
 #include "ddp/gpu_sharing.h"
 #include "ddp/host.h"
+#include "ddp/setting_names.h"  // defines: setting_name, setting_value
 #include "ddp/spawn.h"
 #include "ddp/stop_signal.h"
 #include "ddp/timeline.h"
@@ -75,9 +76,10 @@ bool contains(const std::string& text, const char* needle) { return text.find(ne
 // the agent serves the store and rank 0 binds nothing: a taken port there is one set by hand.)
 std::string other_port_hint(const LaunchEnv& launch) {
   if (launch.launcher == "options")
-    return "leave out --master-port (the program then picks a free port), or choose another";
-  return "choose another port: export MASTER_PORT=N (torchrun: --master-port N) or pass --master-port N; "
-         "e.g. 20000 + job id % 20000, so jobs sharing a node differ";
+    return "leave out " + setting_name(Setting::kMasterPort) +
+           " (the program then picks a free port), or choose another";
+  return "choose another port: export MASTER_PORT=N (torchrun: --master-port N) or pass " +
+         setting_value(Setting::kMasterPort, "N") + "; e.g. 20000 + job id % 20000, so jobs sharing a node differ";
 }
 
 bool is_loopback(const std::string& host) { return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1"; }
@@ -132,7 +134,8 @@ c10::intrusive_ptr<c10d::Store> rendezvous(const LaunchEnv& launch, std::chrono:
   if (launch.master_port == 0 && launch.world_size > 1)
     throw Error(
         "no master port for the " + std::to_string(launch.world_size) + " ranks (launcher: " + launch.launcher + ")",
-        "export MASTER_PORT=N (free on the master's node, different for each job) or pass --master-port N");
+        "export MASTER_PORT=N (free on the master's node, different for each job) or pass " +
+            setting_value(Setting::kMasterPort, "N"));
   const std::string where = launch.master_addr + ":" + std::to_string(launch.master_port);
   c10d::TCPStoreOptions options;
   options.port = static_cast<uint16_t>(launch.master_port);
@@ -151,7 +154,8 @@ c10::intrusive_ptr<c10d::Store> rendezvous(const LaunchEnv& launch, std::chrono:
     return Error("rank " + std::to_string(launch.global_rank) + " could not reach the master at " + where + " within " +
                      fmt_seconds(waited),
                  "check MASTER_ADDR/MASTER_PORT (the first node of the job, reachable from this node), that "
-                 "rank 0 started, and that no firewall blocks the port; --rendezvous-timeout sets the wait");
+                 "rank 0 started, and that no firewall blocks the port; " +
+                     setting_name(Setting::kRendezvousTimeout) + " sets the wait");
   };
   if (!options.isServer) {
     if (!wait_until_listening(launch.master_addr, launch.master_port, start + timeout)) throw unreachable();
@@ -172,13 +176,15 @@ c10::intrusive_ptr<c10d::Store> rendezvous(const LaunchEnv& launch, std::chrono:
                       " is already in use (another job or a previous run still holds it)",
                   other_port_hint(launch));
     if (launch.global_rank == 0)
-      throw Error("rank 0 waited " + fmt_seconds(waited) + " at " + where + " but not all " +
-                      std::to_string(launch.world_size) + " ranks arrived: " + why,
-                  "start all ranks (check the launcher's task count) or raise --rendezvous-timeout");
+      throw Error(
+          "rank 0 waited " + fmt_seconds(waited) + " at " + where + " but not all " +
+              std::to_string(launch.world_size) + " ranks arrived: " + why,
+          "start all ranks (check the launcher's task count) or raise " + setting_name(Setting::kRendezvousTimeout));
     throw Error("rank " + std::to_string(launch.global_rank) + " could not reach the master at " + where + " within " +
                     fmt_seconds(waited) + ": " + why,
                 "check MASTER_ADDR/MASTER_PORT (the first node of the job, reachable from this node), that "
-                "rank 0 started, and that no firewall blocks the port; --rendezvous-timeout sets the wait");
+                "rank 0 started, and that no firewall blocks the port; " +
+                    setting_name(Setting::kRendezvousTimeout) + " sets the wait");
   }
 }
 
@@ -197,7 +203,7 @@ c10::intrusive_ptr<CommBackend> make_nccl_backend([[maybe_unused]] const c10::in
   return c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, size, nccl);
 #else
   throw Error("this build has no NCCL backend (LibTorch " DDPW_TORCH_VERSION " without CUDA)",
-              "build against a CUDA-enabled LibTorch, or use --backend gloo");
+              "build against a CUDA-enabled LibTorch, or use " + setting_value(Setting::kBackend, "gloo"));
 #endif
 }
 
@@ -251,7 +257,8 @@ std::string resolve_backend(const std::string& requested, const torch::Device& d
 Error collective_error(const std::string& what, int rank, int size, double waited_s, double timeout_s,
                        const std::string& why, std::string hint) {
   if (hint.empty())
-    hint = "another rank probably died or hangs: look for its first error above; --collective-timeout sets the wait";
+    hint = "another rank probably died or hangs: look for its first error above; " +
+           setting_name(Setting::kCollectiveTimeout) + " sets the wait";
   return Error(what + " failed on rank " + std::to_string(rank) + " of " + std::to_string(size) + " after waiting " +
                    fmt_seconds(waited_s) + " (timeout " + fmt_seconds(timeout_s) + "): " + why,
                std::move(hint));
@@ -302,7 +309,8 @@ ProcessGroup::ProcessGroup(const LaunchEnv& launch, const torch::Device& device,
       device_(device) {
   DDP_CHECK(backend_name_ != "nccl" || device.is_cuda(),
             "the NCCL backend needs a CUDA device, this rank has " + device.str(),
-            "use --backend gloo for CPU training, or --device cuda");
+            "use " + setting_value(Setting::kBackend, "gloo") + " for CPU training, or " +
+                setting_value(Setting::kDevice, "cuda"));
 
   store_ = rendezvous(launch, options.rendezvous_timeout);
   // Two processes claiming one rank (a launcher inside a launcher) would silently corrupt the group.

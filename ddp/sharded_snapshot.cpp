@@ -13,6 +13,7 @@
 #include "ddp/config.h"  // defines: DDPW_HAVE_*, DDPW_TORCH_VERSION
 #include "ddp/error.h"
 #include "ddp/files.h"
+#include "ddp/setting_names.h"  // defines: setting_name, setting_value
 
 #ifdef DDPW_HAVE_CUDA
 #include <ATen/cuda/CUDAGeneratorImpl.h>
@@ -32,7 +33,8 @@ constexpr int64_t kManifestVersion = 2;
 
 Error sharded_error(const std::string& path, const std::string& why) {
   return Error("sharded snapshot '" + path + "' " + why + "; it was left untouched",
-               "restore the missing or damaged file, or start again with --fresh (or another --snapshot path)");
+               "restore the missing or damaged file, or start again with " + setting_name(Setting::kFreshStart) +
+                   " (or another " + setting_name(Setting::kSnapshotPath) + " path)");
 }
 
 std::string shard_name(const std::string& path, int64_t generation, int rank, int world) {
@@ -107,8 +109,9 @@ std::optional<Manifest> read_manifest(const std::string& path) {
               return w.empty() ? std::string("a DDP program") : w;
             }() +
             ", not a sharded one; it was left untouched",
-        "give this run its own file with --snapshot PATH, or start it over with --fresh (its first save "
-        "then replaces the file)");
+        "give this run its own file with " + setting_value(Setting::kSnapshotPath, "PATH") +
+            ", or start it over with " + setting_name(Setting::kFreshStart) +
+            " (its first save then replaces the file)");
   Manifest m;
   try {
     m.json = Json::parse(s);
@@ -338,8 +341,9 @@ void check_writer(const std::string& path, const Manifest& m, const SnapshotOwne
                   (theirs == m.json.end() ? std::string("a program that recorded no name (a test or a benchmark)")
                                           : writer_of(*theirs)) +
                   ", not by this run, " + writer_of(mine) + "; it was left untouched",
-              "give this run its own file with --snapshot PATH, or start it over with --fresh (its first save "
-              "then replaces the file)");
+              "give this run its own file with " + setting_value(Setting::kSnapshotPath, "PATH") +
+                  ", or start it over with " + setting_name(Setting::kFreshStart) +
+                  " (its first save then replaces the file)");
 }
 
 void save_sharded(const std::string& path, ShardedAdamW& optimizer, const TrainingState& state, const Json* identity) {
@@ -386,7 +390,8 @@ void save_sharded(const std::string& path, ShardedAdamW& optimizer, const Traini
     std::ostringstream stream;
     archive.save_to(stream);
     const std::string payload = stream.str();
-    write_checked_file(beside(path, my_file), kShardMagic, kShardVersion, payload, "--snapshot");
+    write_checked_file(beside(path, my_file), kShardMagic, kShardVersion, payload,
+                       setting_name(Setting::kSnapshotPath));
     written = std::to_string(payload.size() + 24) + " " + std::to_string(crc32(payload));
   });
   if (problem)
@@ -432,7 +437,7 @@ void save_sharded(const std::string& path, ShardedAdamW& optimizer, const Traini
             {{"rank", k}, {"file", shard_name(path, gen, k, world)}, {"bytes", bytes}, {"crc32", hex32(crc)}});
       }
       manifest["shards"] = shards;
-      write_file_atomically(path, manifest.dump(2) + "\n", "--snapshot");
+      write_file_atomically(path, manifest.dump(2) + "\n", setting_name(Setting::kSnapshotPath));
     });
     if (!commit && previous)
       for (const auto& old : previous->shards)
@@ -464,7 +469,7 @@ std::optional<TrainingState> load_sharded(const std::string& path, ShardedAdamW&
     if (s != seen[0])
       throw Error(
           "the ranks see different sharded snapshots at '" + path + "' (rank 0: " + seen[0] + ", another: " + s + ")",
-          "put --snapshot on a filesystem that every node shares");
+          "put " + setting_name(Setting::kSnapshotPath) + " on a filesystem that every node shares");
   if (!m) return std::nullopt;
 
   // Read (and check) before changing anything; then every rank agrees before anyone changes.

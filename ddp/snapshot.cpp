@@ -7,6 +7,7 @@
 #include "ddp/checked_file.h"
 #include "ddp/config.h"  // defines: DDPW_HAVE_*, DDPW_TORCH_VERSION
 #include "ddp/error.h"
+#include "ddp/setting_names.h"     // defines: setting_name, setting_value
 #include "ddp/sharded_snapshot.h"  // sharded_snapshot_writer: a ZeRO manifest where a plain snapshot is expected
 
 #ifdef DDPW_HAVE_CUDA
@@ -24,7 +25,8 @@ constexpr uint32_t kVersion = 2;
 
 Error snapshot_error(const std::string& path, const std::string& why) {
   return Error("snapshot '" + path + "' " + why + "; it was left untouched",
-               "restore a good copy, or start again with --fresh (or another --snapshot path)");
+               "restore a good copy, or start again with " + setting_name(Setting::kFreshStart) + " (or another " +
+                   setting_name(Setting::kSnapshotPath) + " path)");
 }
 
 void write_tensors(torch::serialize::OutputArchive& archive, torch::nn::Module& model) {
@@ -64,8 +66,9 @@ void check_owner(torch::serialize::InputArchive& archive, const std::string& pat
   if (theirs == mine) return;
   throw Error("snapshot '" + path + "' was written by " + theirs.label() + ", not by this run, " + mine.label() +
                   "; it was left untouched",
-              "give this run its own file with --snapshot PATH, or start it over with --fresh (its first save "
-              "then replaces the file)");
+              "give this run its own file with " + setting_value(Setting::kSnapshotPath, "PATH") +
+                  ", or start it over with " + setting_name(Setting::kFreshStart) +
+                  " (its first save then replaces the file)");
 }
 
 // Reads every parameter and buffer, refusing a tensor of another shape before anything is changed.
@@ -154,7 +157,7 @@ void save_snapshot(const std::string& path, torch::nn::Module& model, torch::opt
 #endif
   std::ostringstream payload_stream;
   archive.save_to(payload_stream);
-  write_checked_file(path, kMagic, kVersion, payload_stream.str(), "--snapshot");
+  write_checked_file(path, kMagic, kVersion, payload_stream.str(), setting_name(Setting::kSnapshotPath));
 }
 
 std::string snapshot_writer(const std::string& path) {

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "ddp/error.h"
+#include "ddp/setting_names.h"  // defines: setting_name, setting_value
 
 extern char** environ;
 
@@ -75,7 +76,7 @@ void bind_free_port() {
   const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0)
     throw Error(std::string("cannot create a socket for the rendezvous: ") + std::strerror(errno),
-                "check the open-file limit (ulimit -n), or pass --master-port N");
+                "check the open-file limit (ulimit -n), or pass " + setting_value(Setting::kMasterPort, "N"));
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
@@ -86,7 +87,7 @@ void bind_free_port() {
     const int err = errno;
     ::close(fd);
     throw Error(std::string("cannot bind a free port on 127.0.0.1 for the rendezvous: ") + std::strerror(err),
-                "check that the loopback interface is up, or pass --master-port N");
+                "check that the loopback interface is up, or pass " + setting_value(Setting::kMasterPort, "N"));
   }
   g_listen_fd = fd;
   g_listen_port = ntohs(addr.sin_port);
@@ -109,7 +110,7 @@ pid_t start_worker(int rank, const std::vector<std::string>& args) {
       inherited = ::dup(g_listen_fd);  // dup() clears close-on-exec on the copy
       if (inherited < 0)
         throw Error(std::string("cannot pass the rendezvous socket to rank 0: ") + std::strerror(errno),
-                    "check the open-file limit (ulimit -n), or pass --master-port N");
+                    "check the open-file limit (ulimit -n), or pass " + setting_value(Setting::kMasterPort, "N"));
       env_strings.push_back(std::string(kListenFdVar) + "=" + std::to_string(inherited));
     }
   }

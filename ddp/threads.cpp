@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "ddp/setting_names.h"  // defines: setting_name, setting_value
 #include "ddp/spawn.h"
 
 namespace ddp {
@@ -33,7 +34,7 @@ int affinity_cpus() {
 }
 
 ThreadChoice thread_choice(int requested, int local_world_size, const CpuFacts& facts, const EnvMap& env) {
-  if (requested > 0) return {requested, "--threads"};
+  if (requested > 0) return {requested, setting_name(Setting::kThreads)};
   const int ranks = std::max(1, local_world_size);
   const std::string workers =
       ranks == 1 ? "1 rank" : std::to_string(ranks) + (facts.workers_share_task ? " workers" : " ranks");

@@ -9,6 +9,7 @@
 
 #include "ddp/error.h"
 #include "ddp/files.h"
+#include "ddp/setting_names.h"  // defines: setting_name, setting_value
 
 namespace ddp {
 namespace {
@@ -59,7 +60,7 @@ TensorDict state_dict(torch::nn::Module& model) {
 }
 
 void export_weights(const std::string& path, torch::nn::Module& model) {
-  write_file_atomically(path, tensor_dict_to_bytes(state_dict(model)), "--export-weights");
+  write_file_atomically(path, tensor_dict_to_bytes(state_dict(model)), setting_name(Setting::kExportWeightsPath));
 }
 
 void import_weights(const std::string& path, torch::nn::Module& model) {
@@ -105,8 +106,8 @@ void import_weights(const std::string& path, torch::nn::Module& model) {
   add("named twice: ", twice);
   if (!problems.empty())
     throw Error(what + " does not fit the model (" + model.name() + "): " + problems + "; nothing was loaded",
-                "save the state_dict of the twin module of python/ddpw/models.py that matches --dataset "
-                "(LinearRegressor: synthetic; MnistCnn: mnist, fashion-mnist), in float32");
+                "save the state_dict of this model's twin in Python (the same names, shapes and buffers), in "
+                "float32");
   torch::NoGradGuard no_grad;
   for (auto& [dest, value] : copies) dest.copy_(value);
 }

@@ -6,6 +6,7 @@
 #include "ddp/host_memory.h"
 #include "ddp/model_broadcast.h"
 #include "ddp/process.h"
+#include "ddp/setting_names.h"  // defines: setting_name, setting_value
 
 namespace ddp {
 namespace {
@@ -26,7 +27,8 @@ ZeroReducer::ZeroReducer(std::shared_ptr<torch::nn::Module> module, std::shared_
     : module_(std::move(module)), pg_(std::move(pg)), options_(options) {
   DDP_CHECK(module_ && pg_, "ZeroDataParallel needs a module and a process group", "create both first");
   DDP_CHECK(options_.stage == 1 || options_.stage == 2,
-            "ZeRO stage " + std::to_string(options_.stage) + " is not available", "use --zero 1 or --zero 2");
+            "ZeRO stage " + std::to_string(options_.stage) + " is not available",
+            "use " + setting_value(Setting::kZeroStage, "1") + " or " + setting_value(Setting::kZeroStage, "2"));
   for (const auto& item : module_->named_parameters(/*recurse=*/true)) {
     if (!item.value().requires_grad()) continue;
     names_.push_back(item.key());

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "ddp/cuda_support.h"
+#include "ddp/setting_names.h"  // defines: setting_name, setting_value
 
 namespace {
 
@@ -181,7 +182,7 @@ TEST(CudaSupport, AGpuNoBuildServesSaysSo) {
   const auto v = ddp::judge_cuda_support(in);
   ASSERT_EQ(v.verdict, CudaSupport::kNoKernels);
   EXPECT_TRUE(contains(v.hint, "no build of torch 2.11 for Linux aarch64 has kernels for sm_70")) << v.hint;
-  EXPECT_TRUE(contains(v.hint, "--device cpu")) << v.hint;
+  EXPECT_TRUE(contains(v.hint, ddp::setting_value(ddp::Setting::kDevice, "cpu"))) << v.hint;
 }
 
 TEST(CudaSupport, ABuildWithKernelsThatThisDriverCannotRunAsksForANewerDriver) {

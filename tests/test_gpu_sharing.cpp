@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "ddp/gpu_sharing.h"
+#include "ddp/setting_names.h"  // defines: setting_name, setting_value
 
 namespace {
 
@@ -35,7 +36,7 @@ TEST(GpuSharing, NcclRefusesTwoRanksOnOneGpu) {
   EXPECT_TRUE(contains(v.what, "ranks would share a GPU under NCCL")) << v.what;
   EXPECT_TRUE(contains(v.what, "ranks 0-1 on GPU 0000:3b:00.0 of node1")) << v.what;
   EXPECT_TRUE(contains(v.what, "Duplicate GPU detected")) << v.what;
-  EXPECT_TRUE(contains(v.hint, "--backend gloo")) << v.hint;
+  EXPECT_TRUE(contains(v.hint, ddp::setting_value(ddp::Setting::kBackend, "gloo"))) << v.hint;
   EXPECT_TRUE(contains(v.hint, "--ntasks-per-node")) << v.hint;
 }
 

@@ -17,7 +17,11 @@
 #include <vector>
 
 #include "course/options.h"
+#include "ddp/error.h"
 #include "ddp/files.h"
+#include "ddp/launch_env.h"
+#include "ddp/setting_names.h"
+#include "ddp/threads.h"
 
 namespace {
 
@@ -66,6 +70,22 @@ TEST_F(OptionsTest, FreshCountsOnlyOnTheFirstAttempt) {
     ::setenv(restarts, "1", 1);
     EXPECT_FALSE(parse({"5", "1", "--fresh"}).fresh) << restarts << "=1";
     ::unsetenv(restarts);
+  }
+}
+
+// The library's hints name its own settings; once a program has parsed its command line they name
+// the flags its learners type.
+TEST_F(OptionsTest, TheLibrarysHintsNameTheFlags) {
+  parse({"5", "1"}, ddpw::kTrainingOptions | ddpw::kDistributedOptions);
+  EXPECT_EQ(ddp::thread_choice(3, 1).why, "--threads");
+  EXPECT_EQ(ddp::setting_name(ddp::Setting::kCollectiveTimeout), "--collective-timeout");
+  ddp::LaunchEnv bad_port;
+  bad_port.master_port = 70000;
+  try {
+    ddp::validate_launch_env(bad_port);
+    ADD_FAILURE() << "port 70000 was accepted";
+  } catch (const ddp::Error& e) {
+    EXPECT_EQ(e.hint(), "choose a port in 1024-65535 with --master-port or MASTER_PORT");
   }
 }
 

@@ -15,6 +15,7 @@
 
 #include "ddp/error.h"
 #include "ddp/process_group.h"
+#include "ddp/setting_names.h"  // defines: setting_name, setting_value
 #include "ddp/stop_signal.h"
 #include "free_port.h"
 #include "multiprocess.h"
@@ -211,8 +212,44 @@ TEST(CollectiveError, OneMessageShapeForEveryBackend) {
   EXPECT_STREQ(e.what(),
                "stop agreement failed on rank 1 of 4 after waiting 2.0 s (timeout 600.0 s): "
                "NCCL error: remote process exited");
-  EXPECT_NE(e.hint().find("--collective-timeout"), std::string::npos) << e.hint();
+  EXPECT_NE(e.hint().find(ddp::setting_name(ddp::Setting::kCollectiveTimeout)), std::string::npos) << e.hint();
   EXPECT_EQ(ddp::collective_error("x", 0, 2, 0, 1, "y", "my hint").hint(), "my hint");
+}
+
+// The library speaks of its own settings; a program on top (the course: its flags) registers how
+// its users set them, and the same error then names that.
+TEST(CollectiveError, NamesTheLibrarysSettingUnlessTheProgramRegisteredItsOwn) {
+  using ddp::Setting;
+  const std::string before = ddp::setting_name(Setting::kCollectiveTimeout);  // run_main may have named it
+  ddp::set_setting_name(Setting::kCollectiveTimeout, "");
+  const std::string library = ddp::setting_name(Setting::kCollectiveTimeout);
+  const std::string unnamed = ddp::collective_error("allreduce", 0, 2, 1, 1, "timed out").hint();
+  ddp::set_setting_name(Setting::kCollectiveTimeout, "--collective-timeout");
+  const std::string named = ddp::collective_error("allreduce", 0, 2, 1, 1, "timed out").hint();
+  ddp::set_setting_name(Setting::kCollectiveTimeout, before == library ? "" : before);
+
+  EXPECT_EQ(library, "ProcessGroupOptions::collective_timeout");
+  EXPECT_NE(unnamed.find("; ProcessGroupOptions::collective_timeout sets the wait"), std::string::npos) << unnamed;
+  EXPECT_EQ(unnamed.find("--"), std::string::npos) << unnamed;
+  EXPECT_NE(named.find("; --collective-timeout sets the wait"), std::string::npos) << named;
+  EXPECT_EQ(named.find("ProcessGroupOptions"), std::string::npos) << named;
+}
+
+// A setting with a value: code for the library's names, "NAME VALUE" for a registered one.
+TEST(SettingNames, AValueFollowsTheRegisteredNameOrReadsAsCode) {
+  using ddp::Setting;
+  const std::string before = ddp::setting_name(Setting::kBackend);
+  ddp::set_setting_name(Setting::kBackend, "");
+  const std::string library = ddp::setting_value(Setting::kBackend, "gloo");
+  const std::string library_name = ddp::setting_name(Setting::kBackend);
+  ddp::set_setting_name(Setting::kBackend, "--backend");
+  const std::string registered = ddp::setting_value(Setting::kBackend, "gloo");
+  const std::string alone = ddp::setting_value(Setting::kBackend, "");
+  ddp::set_setting_name(Setting::kBackend, before == library_name ? "" : before);
+
+  EXPECT_EQ(library, "ProcessGroupOptions::backend = \"gloo\"");
+  EXPECT_EQ(registered, "--backend gloo");
+  EXPECT_EQ(alone, "--backend");
 }
 
 TEST(ProcessGroupBackend, AutoIsNcclOnCudaAndGlooOnTheCpu) {

@@ -18,6 +18,7 @@
 #include "course/from_options.h"
 #include "ddp/error.h"
 #include "ddp/files.h"
+#include "ddp/setting_names.h"  // defines: setting_name, setting_value
 #include "ddp/sharded_snapshot.h"
 #include "multiprocess.h"
 
@@ -351,7 +352,8 @@ TEST(ShardedSnapshot, AnotherProgramsSnapshotIsRefusedNamingBoth) {
                       ddpw::load_sharded_snapshot(reader, optimizer);
                     } catch (const ddp::Error& e) {
                       const std::string all = std::string(e.what()) + " (fix: " + e.hint() + ")";
-                      if (all.find(expected) != std::string::npos && all.find("--fresh") != std::string::npos)
+                      if (all.find(expected) != std::string::npos &&
+                          all.find(ddp::setting_name(ddp::Setting::kFreshStart)) != std::string::npos)
                         return true;
                       std::fprintf(stderr, "unexpected message: %s\n", all.c_str());
                       return false;

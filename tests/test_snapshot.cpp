@@ -12,6 +12,7 @@
 #include "course/options.h"
 #include "ddp/error.h"
 #include "ddp/files.h"
+#include "ddp/setting_names.h"  // defines: setting_name, setting_value
 #include "ddp/snapshot.h"
 
 namespace {
@@ -76,8 +77,8 @@ TEST_F(SnapshotIdentity, TheExerciseRefusesTheSolutionsSnapshot) {
                        "step2_env_launch (exercise) training synthetic"),
             std::string::npos)
       << error;
-  EXPECT_NE(error.find("--snapshot"), std::string::npos) << error;
-  EXPECT_NE(error.find("--fresh"), std::string::npos) << error;
+  EXPECT_NE(error.find(ddp::setting_value(ddp::Setting::kSnapshotPath, "PATH")), std::string::npos) << error;
+  EXPECT_NE(error.find(ddp::setting_name(ddp::Setting::kFreshStart)), std::string::npos) << error;
 }
 
 TEST_F(SnapshotIdentity, AnotherStepOrDatasetIsRefused) {

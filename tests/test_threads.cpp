@@ -7,6 +7,7 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include "ddp/setting_names.h"  // defines: setting_name, setting_value
 #include "ddp/threads.h"
 
 namespace {
@@ -22,7 +23,7 @@ ddp::CpuFacts facts(int mask, int online, bool workers_share_task) {
 TEST(Threads, AnExplicitRequestIsUsedAsGiven) {
   const auto c = ddp::thread_choice(3, 2, facts(1, 64, true), {{"SLURM_CPUS_PER_TASK", "1"}});
   EXPECT_EQ(c.count, 3);
-  EXPECT_EQ(c.why, "--threads");
+  EXPECT_EQ(c.why, ddp::setting_name(ddp::Setting::kThreads));  // the library's name, or the program's
 }
 
 // Measured on main: step 1 under --cpus-per-task=16 ran 2 x 16 threads on 16 CPUs.

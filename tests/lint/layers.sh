@@ -6,9 +6,43 @@
 # where a new thing goes. And the build's switches (DDPW_HAVE_CUDA, DDPW_HAVE_NCCL, ...) come from
 # the generated ddp/config.h, not from the compiler's command line: a file that tests one without
 # including it would silently compile its GPU code out.
+# Nor does a string literal in ddp/ name one of the course's flags (those course/options.cpp
+# defines): a library user has none; a hint names the library's setting (ddp/setting_names.h), which
+# the course registers under its flag. A launcher's or scheduler's flag of the same name
+# (torchrun's --master-port, sbatch's --nodes) may appear in a literal that names that tool.
 # The checks first prove that they catch a planted violation of each kind.
 set -euo pipefail
 root=${DDPW_ROOT:-$(cd "$(dirname "$0")/../.." && pwd)}
+
+# The course's flags, from its parser: app.add_option("--batch-size,--batch_size", ...).
+course_flags=$(grep -oP 'add_(option|flag)\(\s*"\K[^"]+' "$root/course/options.cpp" | tr ',' '\n' | grep '^--' | sort -u)
+if [ "$(wc -l <<< "$course_flags")" -lt 10 ]; then
+  echo "FAIL: found only these flags in course/options.cpp: $course_flags (has its add_option form changed?)"
+  exit 1
+fi
+
+# flag_literals FILE...: "file:line: ..." for each string literal naming a course flag. Comments
+# and character literals are skipped; a literal that names a launcher may name that launcher's
+# flags that share a name with a course flag.
+flag_literals() {
+  [ $# -gt 0 ] || return 0
+  FLAGS="$course_flags" perl -ne '
+    BEGIN {
+      @flags = split /\n/, $ENV{FLAGS};
+      %shared = map { $_ => 1 } qw(--master-port --master-addr --nodes --gpus);
+    }
+    while (/("(?:[^"\\]|\\.)*")|\x27(?:[^\x27\\]|\\.)*\x27|\/\*.*?\*\/|(\/\/.*)/g) {
+      last if defined $2;
+      next unless defined $1;
+      my $literal = $1;
+      for my $flag (@flags) {
+        next unless $literal =~ /(?<![\w-])\Q$flag\E(?![\w-])/;
+        next if $shared{$flag} && $literal =~ /torchrun|srun|sbatch|SBATCH|salloc|mpirun|SLURM_/;
+        print "$ARGV:$.: names the course flag $flag: $literal\n";
+      }
+    }
+    close ARGV if eof;' "$@"
+}
 
 # violations DIR: one line per offending line of DIR's files, "file:line: what"; none: no output.
 violations() {
@@ -20,6 +54,9 @@ violations() {
     "$dir" || true
   # The build: no target of the course, no CLI11. (ddpw:: is the package's namespace there.)
   grep -rnPH --include='CMakeLists.txt' '^[^#]*(\bddpw_(cli|course)\b|\bCLI11\b|course/)' "$dir" || true
+  local sources=()
+  mapfile -t sources < <(find "$dir" \( -name '*.h' -o -name '*.cpp' -o -name '*.in' \) -type f | sort)
+  flag_literals "${sources[@]}"
 }
 
 # unconfigured DIR...: files that use a switch of ddp/config.h without including it.
@@ -33,12 +70,30 @@ trap 'rm -rf "$probe"' EXIT
 planted=('planted.h:#include "course/options.h"' 'planted.h:ddpw::Options o;' 'planted.h:#include <CLI/CLI.hpp>'
          'planted.h:void f(const Options&);' 'planted.h:auto o = parse_options(argc, argv, 0);'
          'planted.h:// complete TODO(step4) first' 'planted.cpp:  hint = "run scripts/setup.sh";'
-         'planted.cpp:  hint = "see clusters/<site>/README.md";' 'CMakeLists.txt:target_link_libraries(ddp PRIVATE ddpw_cli)')
+         'planted.cpp:  hint = "see clusters/<site>/README.md";' 'CMakeLists.txt:target_link_libraries(ddp PRIVATE ddpw_cli)'
+         'planted.cpp:  hint = "use --backend gloo for CPU training";'
+         'planted.cpp:  throw Error("x", "or pass --master-port N; " + why);'
+         'planted.cpp:  f(/*on=*/true, "start again with --fresh");  // the course'\''s flag')
 for plant in "${planted[@]}"; do
   rm -f "$probe"/*
   printf '%s\n' "${plant#*:}" > "$probe/${plant%%:*}"
   if [ -z "$(violations "$probe")" ]; then
     echo "FAIL: the check misses a planted violation: $plant"
+    exit 1
+  fi
+done
+# ...and lets a launcher's flags, the library's names and comments pass.
+allowed=('hint = "(torchrun: --master-port N) or pass " + setting_value(Setting::kMasterPort, "N");'
+         'hint = "request tasks explicitly: #SBATCH --ntasks-per-node=N (and --nodes=M)";'
+         'hint = "request GPUs from the scheduler (--gres=gpu:N / --gpus-per-node=N)";'
+         'hint = "use " + setting_value(Setting::kBackend, "gloo");  // the course: --backend gloo'
+         'char q = '\''"'\''; std::string s = "--devices-per-rank";  /* "--device cpu" */')
+for line in "${allowed[@]}"; do
+  rm -f "$probe"/*
+  printf '%s\n' "$line" > "$probe/allowed.cpp"
+  if [ -n "$(violations "$probe")" ]; then
+    echo "FAIL: the check refuses an allowed line: $line"
+    violations "$probe"
     exit 1
   fi
 done
@@ -53,7 +108,8 @@ found=$(violations "$root/ddp")
 if [ -n "$found" ]; then
   echo "$found"
   echo "FAIL: the library (ddp/) refers to the course above. Fix: move that code to course/ (namespace ddpw), or" \
-       "give the library a plain setting the course fills in (ARCHITECTURE.md, \"Two layers\")."
+       "give the library a plain setting the course fills in (ARCHITECTURE.md, \"Two layers\"); a hint names a" \
+       "setting with setting_name/setting_value (ddp/setting_names.h), which the course registers under its flag."
   exit 1
 fi
 dirs=()
@@ -65,5 +121,6 @@ if [ -n "$found" ]; then
        "definitions: without it the test is always false). Fix: include ddp/config.h"
   exit 1
 fi
-echo "ok: nothing in ddp/ includes course/ or names the course's command line, namespace or exercises;" \
+echo "ok: nothing in ddp/ includes course/ or names the course's command line (flags included), namespace or" \
+     "exercises;" \
      "every file that tests a DDPW_* switch includes ddp/config.h"
