@@ -8,11 +8,11 @@
 namespace ddp {
 
 BucketSchedule::BucketSchedule(std::vector<torch::Tensor> params, std::vector<std::string> names,
-                               const std::vector<std::vector<size_t>>& buckets, Steps steps, Options options)
+                               const std::vector<std::vector<size_t>>& buckets, Steps steps, Settings settings)
     : params_(std::move(params)),
       names_(std::move(names)),
       steps_(std::move(steps)),
-      options_(std::move(options)),
+      settings_(std::move(settings)),
       bucket_of_(params_.size(), 0),
       slot_of_(params_.size(), 0),
       ready_(params_.size(), 0) {
@@ -37,7 +37,7 @@ void BucketSchedule::on_gradient_ready(size_t i) {
   if (!in_backward_) start_backward();
   const torch::Tensor& grad = params_[i].grad();
   DDP_CHECK(grad.defined() && !grad.is_sparse(), "parameter '" + names_[i] + "' has no dense gradient",
-            options_.engine + " supports dense gradients only");
+            settings_.engine + " supports dense gradients only");
   put(i);
 }
 
@@ -60,7 +60,7 @@ void BucketSchedule::recover_from_abandoned_backward() {
   in_backward_ = false;
   next_bucket_ = 0;
   if (sent > 0)
-    throw Error("a backward pass on rank " + std::to_string(options_.rank) + " ended part-way, after " +
+    throw Error("a backward pass on rank " + std::to_string(settings_.rank) + " ended part-way, after " +
                     std::to_string(sent) + " of " + std::to_string(bucket_count()) +
                     " gradient buckets had been sent: the ranks are out of step",
                 "do not catch an error from backward() and go on; end the run (a restart resumes from the "
@@ -94,13 +94,13 @@ void BucketSchedule::put_missing() {
 void BucketSchedule::end_of_backward() {
   in_backward_ = false;
   torch::NoGradGuard no_grad;
-  if (next_bucket_ < bucket_count() && !options_.fill_missing) {
+  if (next_bucket_ < bucket_count() && !settings_.fill_missing) {
     std::string unused;
     for (size_t i = 0; i < params_.size(); ++i)
       if (!ready_[i]) unused += (unused.empty() ? "" : ", ") + names_[i];
     steps_.wait_for_sent(next_bucket_, /*interrupted=*/false);  // so the group stays usable
     next_bucket_ = 0;
-    throw Error("these parameters received no gradient in this backward pass: " + unused, options_.unused_hint);
+    throw Error("these parameters received no gradient in this backward pass: " + unused, settings_.unused_hint);
   }
   steps_.finish();
 }

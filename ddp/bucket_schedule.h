@@ -44,7 +44,7 @@ class BucketSchedule {
     std::function<void(size_t sent, bool interrupted)> wait_for_sent;
     std::function<void()> finish;  // every bucket was sent: wait for them and deliver the gradients
   };
-  struct Options {
+  struct Settings {
     std::string engine;         // names the engine in errors: "DistributedDataParallel"
     std::string unused_hint;    // the fix when a parameter got no gradient in a pass
     bool fill_missing = false;  // find_unused_parameters: no error; finish calls put_missing()
@@ -54,7 +54,7 @@ class BucketSchedule {
   // `buckets[k]`: bucket k's parameters (indices into `params`) in slot order; each parameter in
   // exactly one bucket. `names` name the parameters in errors.
   BucketSchedule(std::vector<torch::Tensor> params, std::vector<std::string> names,
-                 const std::vector<std::vector<size_t>>& buckets, Steps steps, Options options);
+                 const std::vector<std::vector<size_t>>& buckets, Steps steps, Settings settings);
   ~BucketSchedule();
   BucketSchedule(const BucketSchedule&) = delete;
   BucketSchedule& operator=(const BucketSchedule&) = delete;
@@ -79,7 +79,7 @@ class BucketSchedule {
   std::vector<torch::Tensor> params_;
   std::vector<std::string> names_;
   Steps steps_;
-  Options options_;
+  Settings settings_;
   std::vector<size_t> bucket_of_, slot_of_;  // parameter -> its bucket, and its place in it
   std::vector<size_t> pending_;              // per bucket: gradients not in it yet
   std::vector<size_t> sizes_;                // per bucket: its number of parameters

@@ -62,7 +62,7 @@ void GradientReducer::start(const std::vector<torch::Tensor>& buffers) {
   };
   schedule_ = std::make_unique<BucketSchedule>(
       params_, names_, members, std::move(steps),
-      BucketSchedule::Options{
+      BucketSchedule::Settings{
           .engine = "DistributedDataParallel",
           .unused_hint = "make every parameter take part in the loss, or construct DistributedDataParallel with "
                          "DdpOptions::find_unused_parameters = true to treat them as zero",

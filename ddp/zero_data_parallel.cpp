@@ -48,7 +48,7 @@ ZeroReducer::ZeroReducer(std::shared_ptr<torch::nn::Module> module, std::shared_
           .wait_for_sent = [this](size_t sent, bool) { drain_sent_buckets(sent, /*keep_results=*/false); },
           .finish = [this] { finish_backward(); },
       },
-      BucketSchedule::Options{
+      BucketSchedule::Settings{
           .engine = "ZeroDataParallel",
           .unused_hint = "make every parameter take part in the loss (ZeroDataParallel has no "
                          "find_unused_parameters), or set requires_grad(false) on parameters that are not trained",

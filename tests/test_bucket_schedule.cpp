@@ -48,7 +48,7 @@ struct Engine {
                   if (fill_missing) schedule->put_missing();
                 },
         },
-        ddp::BucketSchedule::Options{
+        ddp::BucketSchedule::Settings{
             .engine = "TestEngine", .unused_hint = "use them", .fill_missing = fill_missing, .rank = 3});
   }
   // loss = sum(((a * 2) * b) * c); `use_a` false: b and c only; `fail` throws between b and a.
