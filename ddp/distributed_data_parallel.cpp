@@ -42,34 +42,52 @@ GradientReducer::GradientReducer(std::vector<torch::Tensor> params, std::shared_
 void GradientReducer::start(const std::vector<torch::Tensor>& buffers) {
   broadcast_from_rank0(names_, params_, buffers, *pg_);
   build_buckets(options_.bucket_mb);
-  hooks_ = std::make_unique<GradientHooks>(params_, [this](size_t i) { on_gradient_ready(i); });
+  std::vector<std::vector<size_t>> members;
+  for (const auto& b : buckets_) members.push_back(b.params);
+  BucketSchedule::Steps steps{
+      .start =
+          [this] {
+            if (before_sync_) before_sync_();  // Join: first, so that a failure there leaves nothing half-sent
+            for (auto& b : buckets_) b.work.reset();
+          },
+      .put = [this](size_t i, size_t k, size_t slot) { put_into_bucket(i, k, slot); },
+      .launch = [this](size_t k) { launch(k); },
+      .wait_for_sent =
+          [this](size_t sent, bool interrupted) {
+            for (size_t k = 0; k < sent; ++k)
+              wait_for(buckets_[k].work,
+                       interrupted ? "gradient allreduce of an interrupted backward" : "gradient allreduce");
+          },
+      .finish = [this] { finish_backward(); },
+  };
+  schedule_ = std::make_unique<BucketSchedule>(
+      params_, names_, members, std::move(steps),
+      BucketSchedule::Settings{
+          .engine = "DistributedDataParallel",
+          .unused_hint = "make every parameter take part in the loss, or construct DistributedDataParallel with "
+                         "DdpOptions::find_unused_parameters = true to treat them as zero",
+          .fill_missing = options_.find_unused_parameters,
+          .rank = pg_->rank(),
+      });
 }
 
 GradientReducer::~GradientReducer() = default;
 
 void GradientReducer::build_buckets(double bucket_mb) {
-  bucket_of_.assign(params_.size(), 0);
-  slot_of_.assign(params_.size(), 0);
   for (auto& plan : plan_buckets(params_, bucket_mb)) {
     Bucket b;
     b.params = std::move(plan.params);
     b.offsets = std::move(plan.offsets);
     b.flat = torch::zeros({plan.numel}, params_[b.params[0]].options().requires_grad(false));
     b.flat_list = {b.flat};
-    for (size_t slot = 0; slot < b.params.size(); ++slot) {
-      const size_t i = b.params[slot];
-      bucket_of_[i] = buckets_.size();
-      slot_of_[i] = slot;
-      b.slices.push_back(b.flat.narrow(0, b.offsets[slot], params_[i].numel()));
-    }
+    for (size_t slot = 0; slot < b.params.size(); ++slot)
+      b.slices.push_back(b.flat.narrow(0, b.offsets[slot], params_[b.params[slot]].numel()));
     b.world_size = torch::scalar_tensor(static_cast<double>(pg_->size()), b.flat.scalar_type());
-    b.pending = b.params.size();
     buckets_.push_back(std::move(b));
   }
   for (size_t k = 0; k < buckets_.size(); ++k)
     buckets_[k].what =
         "gradient allreduce (bucket " + std::to_string(k + 1) + " of " + std::to_string(buckets_.size()) + ")";
-  ready_.assign(params_.size(), 0);
   keep_undefined_.assign(params_.size(), 0);
   if (options_.find_unused_parameters) {
     used_here_ = torch::zeros({static_cast<int64_t>(params_.size())}, torch::kInt32);
@@ -78,55 +96,12 @@ void GradientReducer::build_buckets(double bucket_mb) {
   }
 }
 
-void GradientReducer::start_backward() {
-  if (before_sync_) before_sync_();  // Join: first, so that a failure there leaves nothing half-sent
-  for (auto& b : buckets_) {
-    b.pending = b.params.size();
-    b.work.reset();
-  }
-  std::fill(ready_.begin(), ready_.end(), 0);
-  next_bucket_ = 0;
-  // The callback runs once the whole backward pass is done, before backward() returns; an exception
-  // that ends the pass first raises the flag instead (checked by the next pass).
-  abandoned_ = hooks_->call_at_end_of_backward([this] { finish_backward(); });
-  in_backward_ = true;
-}
-
-void GradientReducer::recover_from_abandoned_backward() {
-  // Let the allreduces already started finish before their memory is reused: the other ranks
-  // pair them with their own buckets of the same index.
-  const size_t sent = next_bucket_;
-  for (size_t k = 0; k < sent; ++k) wait_for(buckets_[k].work, "gradient allreduce of an interrupted backward");
-  in_backward_ = false;
-  next_bucket_ = 0;
-  if (sent > 0)
-    throw Error("a backward pass on rank " + std::to_string(pg_->rank()) + " ended part-way, after " +
-                    std::to_string(sent) + " of " + std::to_string(buckets_.size()) +
-                    " gradient buckets had been sent: the ranks are out of step",
-                "do not catch an error from backward() and go on; end the run (a restart resumes from the "
-                "last snapshot). Every rank must run the same backward passes");
-}
-
-void GradientReducer::on_gradient_ready(size_t i) {
-  if (!sync_enabled_) return;  // no_sync(): accumulate locally
-  // An accumulator fires once per backward pass: a second report means the earlier pass never
-  // reached its end (an exception inside backward).
-  if (in_backward_ && (abandoned_->load() || ready_[i])) recover_from_abandoned_backward();
-  if (!in_backward_) start_backward();
-  const torch::Tensor& grad = params_[i].grad();
-  DDP_CHECK(grad.defined() && !grad.is_sparse(), "parameter '" + names_[i] + "' has no dense gradient",
-            "DistributedDataParallel supports dense gradients only");
-  if (put_into_bucket(i) == 0) launch_ready_buckets();
-}
-
 // Average = sum over ranks of (grad / world size): Gloo has no AVG. Dividing on the way into the
 // bucket saves a pass (a division by 1 changes nothing and is skipped). After the first step .grad
 // usually is this very slice (see finish_backward). A parameter without .grad enters as zero.
-// Returns the bucket's count of parameters still missing.
-size_t GradientReducer::put_into_bucket(size_t i) {
-  ready_[i] = 1;
-  Bucket& b = buckets_[bucket_of_[i]];
-  torch::Tensor& slice = b.slices[slot_of_[i]];
+void GradientReducer::put_into_bucket(size_t i, size_t k, size_t slot) {
+  Bucket& b = buckets_[k];
+  torch::Tensor& slice = b.slices[slot];
   const torch::Tensor& grad = params_[i].grad();
   const bool divide = pg_->size() > 1;
   if (!grad.defined())
@@ -135,7 +110,6 @@ size_t GradientReducer::put_into_bucket(size_t i) {
     divide ? torch::div_out(slice, grad.reshape({-1}), b.world_size) : slice.copy_(grad.reshape({-1}));
   else if (divide)
     slice.div_(b.world_size);
-  return --b.pending;
 }
 
 // One rank's sum is the rank's own tensors: at world size 1 nothing is sent (no work). c10d's Gloo
@@ -151,18 +125,15 @@ void GradientReducer::wait_for(const c10::intrusive_ptr<c10d::Work>& work, const
   if (work) pg_->wait(work, what);
 }
 
-void GradientReducer::launch_ready_buckets() {
-  // Strictly in bucket order: every rank must issue the same collectives in the same order.
-  while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].pending == 0) {
-    Bucket& b = buckets_[next_bucket_++];
-    b.work = options_.bf16_compress ? start_bf16_allreduce(*pg_, b.flat, b.wire) : sum_over_ranks(b.flat_list);
-    record_collective(b.work, b.what, b.flat.numel() * static_cast<int64_t>(b.flat.element_size()));  // timeline.h
-  }
+void GradientReducer::launch(size_t k) {
+  Bucket& b = buckets_[k];
+  b.work = options_.bf16_compress ? start_bf16_allreduce(*pg_, b.flat, b.wire) : sum_over_ranks(b.flat_list);
+  record_collective(b.work, b.what, b.flat.numel() * static_cast<int64_t>(b.flat.element_size()));  // timeline.h
 }
 
+// Every bucket was sent (the schedule checked that every parameter had a gradient, unless
+// find_unused_parameters).
 void GradientReducer::finish_backward() {
-  in_backward_ = false;
-  torch::NoGradGuard no_grad;
   std::fill(keep_undefined_.begin(), keep_undefined_.end(), 0);
   if (options_.find_unused_parameters) {
     // Which parameters have a gradient on any rank (PyTorch's "local used map"): one that has none
@@ -173,13 +144,9 @@ void GradientReducer::finish_backward() {
       here[i] = params_[i].grad().defined() ? 1 : 0;
       all_used_here = all_used_here && here[i] != 0;
     }
-    if (next_bucket_ < buckets_.size()) {
-      // A parameter without a gradient in this pass enters as its accumulated .grad (earlier
-      // no_sync passes), or as zero.
-      for (size_t i = 0; i < params_.size(); ++i)
-        if (!ready_[i]) put_into_bucket(i);
-      launch_ready_buckets();
-    }
+    // A parameter without a gradient in this pass enters as its accumulated .grad (earlier
+    // no_sync passes), or as zero.
+    schedule_->put_missing();
     // The sum over ranks runs while the buckets finish. As in PyTorch's reducer, the host copies
     // it back (and so waits for it) only when a parameter had no gradient here: a parameter used
     // here is used somewhere. To a GPU through a pinned copy, without blocking: the copy reads
@@ -205,31 +172,17 @@ void GradientReducer::finish_backward() {
     if (all_used_here) wait_for(used_work, "allreduce of which parameters have gradients");
     return;
   }
-  if (next_bucket_ < buckets_.size()) {
-    std::string unused;
-    for (size_t i = 0; i < params_.size(); ++i)
-      if (!ready_[i]) unused += (unused.empty() ? "" : ", ") + names_[i];
-    // Drain what was launched so the group stays usable, then say which parameters were missed.
-    for (size_t k = 0; k < next_bucket_; ++k) wait_for(buckets_[k].work, "gradient allreduce");
-    throw Error("these parameters received no gradient in this backward pass: " + unused,
-                "make every parameter take part in the loss, or construct DistributedDataParallel with "
-                "DdpOptions::find_unused_parameters = true to treat them as zero");
-  }
   point_grads_at_buckets();
 }
 
 void GradientReducer::shadow_backward() {
-  DDP_CHECK(!in_backward_, "a joined rank cannot shadow the others while its own backward runs",
+  DDP_CHECK(!schedule_->in_backward(), "a joined rank cannot shadow the others while its own backward runs",
             "call Join::finish() after this rank's last step, outside backward()");
   torch::NoGradGuard no_grad;
   // The same collectives, in the same order, as finish_backward on the other ranks: the buckets,
   // then (find_unused_parameters) which parameters have a gradient; this rank adds zeros to both.
-  for (auto& b : buckets_) {
-    b.flat.zero_();
-    b.pending = 0;
-  }
-  next_bucket_ = 0;
-  launch_ready_buckets();
+  for (auto& b : buckets_) b.flat.zero_();
+  for (size_t k = 0; k < buckets_.size(); ++k) launch(k);
   c10::intrusive_ptr<c10d::Work> used_work;
   if (options_.find_unused_parameters) {
     used_anywhere_.zero_();
@@ -239,10 +192,8 @@ void GradientReducer::shadow_backward() {
     wait_for(b.work, b.what + ", shadowed by a joined rank");
     if (options_.bf16_compress) finish_bf16_allreduce(b.wire, b.flat);
     b.work.reset();
-    b.pending = b.params.size();
   }
   wait_for(used_work, "allreduce of which parameters have gradients, shadowed by a joined rank");
-  next_bucket_ = 0;
 }
 
 // Waits for every bucket and makes each .grad its averaged slice of the bucket (no copy back). The

@@ -30,16 +30,15 @@
 
 #include <torch/torch.h>
 
-#include <atomic>
 #include <functional>
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "ddp/bucket_schedule.h"  // defines: BucketSchedule, NoSync
 #include "ddp/flat_buckets.h"
 #include "ddp/forward_sync.h"
-#include "ddp/gradient_hooks.h"
 #include "ddp/process_group.h"
 
 namespace ddp {
@@ -65,8 +64,7 @@ class GradientReducer {
   GradientReducer(const GradientReducer&) = delete;
   GradientReducer& operator=(const GradientReducer&) = delete;
 
-  void set_sync(bool enabled) { sync_enabled_ = enabled; }
-  bool sync_enabled() const { return sync_enabled_; }
+  BucketSchedule& schedule() { return *schedule_; }  // no_sync() and the backward pass's state
   size_t bucket_count() const { return buckets_.size(); }
 
   // For Join (join.h). Called at the start of every synced backward, before any bucket is sent.
@@ -86,17 +84,14 @@ class GradientReducer {
     torch::Tensor world_size;              // 0-dim (CPU, the bucket's dtype): gradients enter divided by it
     torch::Tensor wire;                    // bf16_compress: the bucket as it is sent
     std::string what;                      // names the bucket's allreduce in errors
-    size_t pending = 0;                    // parameters whose gradient is not ready yet
     c10::intrusive_ptr<c10d::Work> work;
   };
-  void start(const std::vector<torch::Tensor>& buffers);  // broadcast, buckets, hooks
+  void start(const std::vector<torch::Tensor>& buffers);  // broadcast, buckets, schedule
   void build_buckets(double bucket_mb);
-  void on_gradient_ready(size_t param_index);
-  void launch_ready_buckets();
+  // The schedule's steps (bucket_schedule.h).
+  void put_into_bucket(size_t param, size_t bucket, size_t slot);
+  void launch(size_t bucket);
   void finish_backward();
-  void start_backward();
-  void recover_from_abandoned_backward();
-  size_t put_into_bucket(size_t i);
   c10::intrusive_ptr<c10d::Work> sum_over_ranks(std::vector<torch::Tensor>& tensors);  // none at world size 1
   void wait_for(const c10::intrusive_ptr<c10d::Work>& work, const std::string& what);  // none: nothing to wait for
   void point_grads_at_buckets();  // skips the parameters marked in keep_undefined_
@@ -106,35 +101,14 @@ class GradientReducer {
   DdpOptions options_;
   std::vector<torch::Tensor> params_;
   std::vector<std::string> names_;
-  std::vector<size_t> bucket_of_;  // parameter -> bucket
-  std::vector<size_t> slot_of_;    // parameter -> its place in the bucket
   std::vector<Bucket> buckets_;
-  std::vector<char> ready_;
   std::vector<char> keep_undefined_;      // find_unused_parameters: no rank has a gradient for it
   torch::Tensor used_here_;               // find_unused_parameters: 1 where this rank has a gradient (CPU)...
   torch::Tensor used_anywhere_;           // ...and its sum over ranks (on the parameters' device)
   std::vector<torch::Tensor> used_list_;  // {used_anywhere_}: what the allreduce takes
-  size_t next_bucket_ = 0;
-  bool in_backward_ = false;  // a synced backward is running: its end-of-backward callback is queued
-  // Set when the engine dropped this backward's end-of-backward callback unrun (an exception).
-  std::shared_ptr<std::atomic<bool>> abandoned_ = std::make_shared<std::atomic<bool>>(false);
-  bool sync_enabled_ = true;
   std::function<void()> before_sync_;     // Join's flag, while a Join lives
-  std::unique_ptr<GradientHooks> hooks_;  // last: destroyed first, so no hook runs on a half-gone reducer
-};
-
-// While a NoSync lives, backward() only accumulates locally (no communication); the next synced
-// backward averages what accumulated. Made by no_sync().
-class NoSync {
- public:
-  explicit NoSync(GradientReducer& r) : r_(r), before_(r.sync_enabled()) { r_.set_sync(false); }
-  ~NoSync() { r_.set_sync(before_); }
-  NoSync(const NoSync&) = delete;
-  NoSync& operator=(const NoSync&) = delete;
-
- private:
-  GradientReducer& r_;
-  bool before_;
+  // Last: destroyed first, so no hook runs on a half-gone reducer.
+  std::unique_ptr<BucketSchedule> schedule_;
 };
 
 // DDP for a torch::nn::Module (or a module holder's ptr()): construct it on every rank with the
@@ -154,7 +128,7 @@ class DistributedDataParallel {
   auto forward(Args&&... args) -> decltype(std::declval<M&>().forward(std::forward<Args>(args)...)) {
     forward_->before_forward();
     decltype(auto) out = module_->forward(std::forward<Args>(args)...);
-    forward_->after_forward(reducer_->sync_enabled());
+    forward_->after_forward(reducer_->schedule().sync_enabled());
     return out;
   }
   template <typename... Args>
@@ -173,7 +147,7 @@ class DistributedDataParallel {
   bool broadcasts_buffers() const { return forward_->broadcasts_buffers(); }
 
   using NoSync = ddp::NoSync;
-  [[nodiscard]] NoSync no_sync() { return NoSync(*reducer_); }  // gradient accumulation: see NoSync
+  [[nodiscard]] NoSync no_sync() { return NoSync(reducer_->schedule()); }  // gradient accumulation: see NoSync
 
  private:
   std::shared_ptr<M> module_;
@@ -199,7 +173,7 @@ class TensorDataParallel {
 
   const std::vector<torch::Tensor>& parameters() const { return params_; }  // what the optimizer takes
   size_t bucket_count() const { return reducer_->bucket_count(); }
-  [[nodiscard]] NoSync no_sync() { return NoSync(*reducer_); }  // gradient accumulation: see NoSync
+  [[nodiscard]] NoSync no_sync() { return NoSync(reducer_->schedule()); }  // gradient accumulation: see NoSync
 
  private:
   std::vector<torch::Tensor> params_;

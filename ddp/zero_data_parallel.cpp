@@ -1,7 +1,5 @@
 #include "ddp/zero_data_parallel.h"
 
-#include <algorithm>
-
 #include "ddp/error.h"
 #include "ddp/host_memory.h"
 #include "ddp/model_broadcast.h"
@@ -41,7 +39,24 @@ ZeroReducer::ZeroReducer(std::shared_ptr<torch::nn::Module> module, std::shared_
   // allocator's keep-freed policy (host_memory.h), when configure_process applied it, would
   // otherwise hold it resident for good.
   if (!params_[0].is_cuda() && process_settings().keep_freed_host_memory) release_freed_host_memory();
-  hooks_ = std::make_unique<GradientHooks>(params_, [this](size_t i) { on_gradient_ready(i); });
+  std::vector<std::vector<size_t>> members;
+  for (const auto& b : buckets_) members.push_back(b.plan.params);
+  schedule_ = std::make_unique<BucketSchedule>(
+      params_, names_, members,
+      BucketSchedule::Steps{
+          .start = nullptr,
+          .put = [this](size_t i, size_t k, size_t slot) { put_into_bucket(i, k, slot); },
+          .launch = [this](size_t k) { launch(k); },
+          .wait_for_sent = [this](size_t sent, bool) { drain_sent_buckets(sent, /*keep_results=*/false); },
+          .finish = [this] { finish_backward(); },
+      },
+      BucketSchedule::Settings{
+          .engine = "ZeroDataParallel",
+          .unused_hint = "make every parameter take part in the loss (ZeroDataParallel has no "
+                         "find_unused_parameters), or set requires_grad(false) on parameters that are not trained",
+          .fill_missing = false,
+          .rank = pg_->rank(),
+      });
 }
 
 ZeroReducer::~ZeroReducer() = default;
@@ -49,8 +64,6 @@ ZeroReducer::~ZeroReducer() = default;
 void ZeroReducer::build_buckets() {
   torch::NoGradGuard no_grad;
   const int64_t n = pg_->size();
-  bucket_of_.assign(params_.size(), 0);
-  slot_of_.assign(params_.size(), 0);
   for (auto& plan : plan_buckets(params_, options_.bucket_mb)) {
     ZeroBucket b;
     b.plan = std::move(plan);
@@ -67,17 +80,13 @@ void ZeroReducer::build_buckets() {
       auto place = storage_slice(b.params, b.params.storage_offset() + b.plan.offsets[slot], params_[i].sizes());
       place.copy_(params_[i]);
       params_[i].set_data(place);
-      bucket_of_[i] = buckets_.size();
-      slot_of_[i] = slot;
     }
     if (options_.stage == 1)
       b.grads = torch::zeros({b.padded_numel}, options);
     else
       b.grad_shard = torch::zeros({b.shard_numel}, options);
-    b.pending = b.plan.params.size();
     buckets_.push_back(std::move(b));
   }
-  ready_.assign(params_.size(), 0);
 }
 
 std::vector<torch::Tensor> ZeroReducer::parameter_shards() {
@@ -113,60 +122,33 @@ void ZeroReducer::all_gather_parameters() {
   all_gather_slices(*pg_, flats, "parameter all-gather after the optimizer step");
 }
 
-void ZeroReducer::start_backward() {
-  for (auto& b : buckets_) b.pending = b.plan.params.size();
-  std::fill(ready_.begin(), ready_.end(), 0);
-  next_bucket_ = 0;
-  abandoned_ = hooks_->call_at_end_of_backward([this] { finish_backward(); });
-  in_backward_ = true;
-}
-
-void ZeroReducer::on_gradient_ready(size_t i) {
-  if (!sync_enabled_) return;  // no_sync(): accumulate locally
-  // An accumulator fires once per backward pass: a second report means the earlier pass never
-  // reached its end (an exception inside backward).
-  if (in_backward_ && (abandoned_->load() || ready_[i])) recover_from_abandoned_backward();
-  if (!in_backward_) start_backward();
-  const torch::Tensor& grad = params_[i].grad();
-  DDP_CHECK(grad.defined() && !grad.is_sparse(), "parameter '" + names_[i] + "' has no dense gradient",
-            "ZeroDataParallel supports dense gradients only");
-  put_into_bucket(i);
-  if (buckets_[bucket_of_[i]].pending == 0) launch_ready_buckets();
-}
-
 // Average = sum over ranks of (grad / world size): Gloo has no AVG, and dividing on the way into the
 // bucket saves a pass. Stage 2 then releases .grad: from here on the bucket holds it.
-void ZeroReducer::put_into_bucket(size_t i) {
-  ready_[i] = 1;
-  ZeroBucket& b = buckets_[bucket_of_[i]];
+void ZeroReducer::put_into_bucket(size_t i, size_t k, size_t slot) {
+  ZeroBucket& b = buckets_[k];
   if (!b.grads.defined()) {  // stage 2: the bucket's first gradient
     while (in_flight_.size() >= kMaxBucketsInFlight) wait_for_oldest_bucket_in_flight(true);
     b.grads = torch::empty({b.padded_numel}, b.params.options());
     b.grads.narrow(0, b.plan.numel, b.padded_numel - b.plan.numel).zero_();
   }
-  auto slice = b.grads.narrow(0, b.plan.offsets[slot_of_[i]], params_[i].numel());
+  auto slice = b.grads.narrow(0, b.plan.offsets[slot], params_[i].numel());
   const torch::Tensor& grad = params_[i].grad();
   if (grad.data_ptr() == slice.data_ptr())
     slice.div_(b.world_size);
   else
     torch::div_out(slice, grad.reshape({-1}), b.world_size);
   if (options_.stage == 2) params_[i].mutable_grad().reset();
-  --b.pending;
 }
 
-void ZeroReducer::launch_ready_buckets() {
-  // Strictly in bucket order: every rank must issue the same collectives in the same order.
-  while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].pending == 0) {
-    const size_t k = next_bucket_++;
-    ZeroBucket& b = buckets_[k];
-    if (options_.stage == 1) {
-      if (pg_->size() == 1) continue;  // one rank: the bucket is the average already
-      std::vector<torch::Tensor> tensors{b.grads};
-      b.allreduce = pg_->allreduce_sum_async(tensors);
-    } else {
-      b.reduce_scatter = ReduceScatter(*pg_, b.grads, b.grad_shard, b.shard_has_gradient);
-      in_flight_.push_back(k);
-    }
+void ZeroReducer::launch(size_t k) {
+  ZeroBucket& b = buckets_[k];
+  if (options_.stage == 1) {
+    if (pg_->size() == 1) return;  // one rank: the bucket is the average already
+    std::vector<torch::Tensor> tensors{b.grads};
+    b.allreduce = pg_->allreduce_sum_async(tensors);
+  } else {
+    b.reduce_scatter = ReduceScatter(*pg_, b.grads, b.grad_shard, b.shard_has_gradient);
+    in_flight_.push_back(k);
   }
 }
 
@@ -179,9 +161,9 @@ void ZeroReducer::wait_for_oldest_bucket_in_flight(bool keep_result) {
   b.grads = torch::Tensor();  // its slice is in grad_shard now
 }
 
-void ZeroReducer::drain_sent_buckets(bool keep_results) {
+void ZeroReducer::drain_sent_buckets(size_t sent, bool keep_results) {
   if (options_.stage == 1) {
-    for (size_t k = 0; k < next_bucket_; ++k) {
+    for (size_t k = 0; k < sent; ++k) {
       auto& b = buckets_[k];
       if (b.allreduce) pg_->wait(b.allreduce, "gradient allreduce " + bucket_label(k, buckets_.size()));
       b.allreduce.reset();
@@ -192,35 +174,9 @@ void ZeroReducer::drain_sent_buckets(bool keep_results) {
   }
 }
 
-void ZeroReducer::recover_from_abandoned_backward() {
-  // Let the collectives already started finish before their memory is reused: the other ranks
-  // pair them with their own buckets of the same index.
-  const size_t sent = next_bucket_;
-  drain_sent_buckets(/*keep_results=*/false);
-  in_backward_ = false;
-  next_bucket_ = 0;
-  if (sent > 0)
-    throw Error("a backward pass on rank " + std::to_string(pg_->rank()) + " ended part-way, after " +
-                    std::to_string(sent) + " of " + std::to_string(buckets_.size()) +
-                    " gradient buckets had been sent: the ranks are out of step",
-                "do not catch an error from backward() and go on; end the run (a restart resumes from the "
-                "last snapshot). Every rank must run the same backward passes");
-}
-
+// Every bucket was sent (the schedule checked that every parameter had a gradient).
 void ZeroReducer::finish_backward() {
-  in_backward_ = false;
-  torch::NoGradGuard no_grad;
-  if (next_bucket_ < buckets_.size()) {
-    std::string unused;
-    for (size_t i = 0; i < params_.size(); ++i)
-      if (!ready_[i]) unused += (unused.empty() ? "" : ", ") + names_[i];
-    drain_sent_buckets(/*keep_results=*/false);  // so the group stays usable
-    next_bucket_ = 0;
-    throw Error("these parameters received no gradient in this backward pass: " + unused,
-                "make every parameter take part in the loss (ZeroDataParallel has no find_unused_parameters), "
-                "or set requires_grad(false) on parameters that are not trained");
-  }
-  drain_sent_buckets(/*keep_results=*/true);
+  drain_sent_buckets(buckets_.size(), /*keep_results=*/true);
   if (options_.stage == 1) {
     // .grad becomes its averaged slice of the bucket (no copy back), as in DistributedDataParallel.
     for (auto& b : buckets_) {

@@ -23,14 +23,13 @@
 
 #include <torch/torch.h>
 
-#include <atomic>
 #include <deque>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "ddp/bucket_schedule.h"  // defines: BucketSchedule, NoSync
 #include "ddp/flat_buckets.h"
-#include "ddp/gradient_hooks.h"
 #include "ddp/process_group.h"
 #include "ddp/sharded_collectives.h"
 
@@ -53,7 +52,6 @@ struct ZeroBucket {
   torch::Tensor grad_shard;         // stage 2: [shard_numel], this rank's averaged gradients
   torch::Tensor world_size;         // 0-dim, CPU, the bucket's dtype: gradients enter divided by it
   bool shard_has_gradient = false;  // stage 2: grad_shard holds gradients not yet zeroed
-  size_t pending = 0;               // parameters whose gradient is not in the bucket yet
   c10::intrusive_ptr<c10d::Work> allreduce;  // stage 1
   ReduceScatter reduce_scatter;              // stage 2
 };
@@ -75,8 +73,7 @@ class ZeroReducer {
   const std::vector<ZeroBucket>& buckets() const { return buckets_; }
   size_t bucket_count() const { return buckets_.size(); }
 
-  void set_sync(bool enabled) { sync_enabled_ = enabled; }
-  bool sync_enabled() const { return sync_enabled_; }
+  BucketSchedule& schedule() { return *schedule_; }  // no_sync() and the backward pass's state
 
   // What the sharded optimizer works on, one tensor per bucket, all of shard_numel elements:
   // this rank's slice of the flat parameters (views) and of the averaged gradients.
@@ -91,30 +88,23 @@ class ZeroReducer {
 
  private:
   void build_buckets();
-  void on_gradient_ready(size_t param_index);
-  void start_backward();
-  void recover_from_abandoned_backward();
-  void put_into_bucket(size_t param_index);
-  void launch_ready_buckets();
+  // The schedule's steps (bucket_schedule.h).
+  void put_into_bucket(size_t param, size_t bucket, size_t slot);
+  void launch(size_t bucket);
   void finish_backward();
   void wait_for_oldest_bucket_in_flight(bool keep_result);
-  void drain_sent_buckets(bool keep_results);
+  void drain_sent_buckets(size_t sent, bool keep_results);  // sent: buckets [0, sent) were launched
 
   std::shared_ptr<torch::nn::Module> module_;
   std::shared_ptr<ProcessGroup> pg_;
   ZeroOptions options_;
   std::vector<torch::Tensor> params_;
   std::vector<std::string> names_;
-  std::vector<size_t> bucket_of_, slot_of_;  // parameter -> bucket, and its place in it
   std::vector<ZeroBucket> buckets_;
-  std::vector<char> ready_;
   std::deque<size_t> in_flight_;  // stage 2: buckets whose reduce-scatter runs, oldest first
-  size_t next_bucket_ = 0;        // the next bucket to send, in order
-  bool in_backward_ = false;
   bool has_gradients_ = false;
-  bool sync_enabled_ = true;
-  std::shared_ptr<std::atomic<bool>> abandoned_ = std::make_shared<std::atomic<bool>>(false);
-  std::unique_ptr<GradientHooks> hooks_;  // last: destroyed first, so no hook runs on a half-gone engine
+  // Last: destroyed first, so no hook runs on a half-gone engine.
+  std::unique_ptr<BucketSchedule> schedule_;
 };
 
 template <typename M>
@@ -132,18 +122,8 @@ class ZeroDataParallel {
   const std::shared_ptr<ZeroReducer>& reducer() const { return reducer_; }
 
   // While a NoSync lives, backward() only accumulates locally (no communication).
-  class NoSync {
-   public:
-    explicit NoSync(ZeroReducer& r) : r_(r), before_(r.sync_enabled()) { r_.set_sync(false); }
-    ~NoSync() { r_.set_sync(before_); }
-    NoSync(const NoSync&) = delete;
-    NoSync& operator=(const NoSync&) = delete;
-
-   private:
-    ZeroReducer& r_;
-    bool before_;
-  };
-  [[nodiscard]] NoSync no_sync() { return NoSync(*reducer_); }
+  using NoSync = ddp::NoSync;
+  [[nodiscard]] NoSync no_sync() { return NoSync(reducer_->schedule()); }
 
  private:
   std::shared_ptr<M> module_;
