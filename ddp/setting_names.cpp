@@ -23,7 +23,7 @@ constexpr std::array<LibraryName, static_cast<size_t>(Setting::kCount)> kLibrary
     {"workers_per_node's nproc", "workers_per_node's nproc = ", ""},
     {"thread_choice's requested count", "thread_choice's requested count = ", ""},
     {"snapshot", "snapshot path ", ""},
-    {"the snapshot not loaded", "the snapshot not loaded", ""},
+    {"no snapshot loaded", "no snapshot loaded", ""},
     {"ZeroOptions::stage", "ZeroOptions::stage = ", ""},
     {"export_weights", "export_weights path ", ""},
 }};
