@@ -26,9 +26,8 @@ std::function<std::shared_ptr<Model>(torch::Device)> seeded_model(uint64_t seed,
     if (!init_weights.empty()) {
       try {
         import_weights(init_weights, *model);
-      } catch (const Error& e) {
+      } catch (const WeightsMismatchError& e) {
         // The library cannot know which Python module is the twin: the course's are in models.py.
-        if (std::string(e.what()).find(" does not fit the model ") == std::string::npos) throw;
         throw Error(e.what(),
                     "save the state_dict of the twin module of python/ddpw/models.py that matches --dataset "
                     "(LinearRegressor: synthetic; MnistCnn: mnist, fashion-mnist), in float32");

@@ -105,9 +105,10 @@ void import_weights(const std::string& path, torch::nn::Module& model) {
   add("", different);
   add("named twice: ", twice);
   if (!problems.empty())
-    throw Error(what + " does not fit the model (" + model.name() + "): " + problems + "; nothing was loaded",
-                "save the state_dict of this model's twin in Python (the same names, shapes and buffers), in "
-                "float32");
+    throw WeightsMismatchError(
+        what + " does not fit the model (" + model.name() + "): " + problems + "; nothing was loaded",
+        "save the state_dict of this model's twin in Python (the same names, shapes and buffers), in "
+        "float32");
   torch::NoGradGuard no_grad;
   for (auto& [dest, value] : copies) dest.copy_(value);
 }

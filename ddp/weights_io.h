@@ -1,12 +1,14 @@
 // defines: export_weights / import_weights — a model's state_dict (parameters and buffers, named as
 //          in Python: "conv1.weight") in the files of Python's torch.save / torch.load, so that a model
 //          trained here is evaluated in Python (python/) and one trained in Python starts a run here.
+//          WeightsMismatchError — the file's tensors do not fit the model.
 #pragma once
 
 #include <torch/torch.h>
 
 #include <string>
 
+#include "ddp/error.h"  // defines: ddp::Error
 #include "ddp/torch_pickle.h"
 
 namespace ddp {
@@ -18,9 +20,16 @@ TensorDict state_dict(torch::nn::Module& model);
 // only). In Python, torch.load(path) returns a dict that the twin module's load_state_dict() takes.
 void export_weights(const std::string& path, torch::nn::Module& model);
 
+// What import_weights throws when the file's tensors do not fit the model (nothing was loaded): its
+// own type, so that a program that knows which Python module is the twin can say so in its hint.
+class WeightsMismatchError : public Error {
+ public:
+  using Error::Error;
+};
+
 // Loads into `model` a state_dict that Python saved with torch.save(model.state_dict(), path). Every
-// key, shape and dtype must be the model's: otherwise ddp::Error names each missing, unexpected or
-// different tensor, and the model is left as it was.
+// key, shape and dtype must be the model's: otherwise WeightsMismatchError names each missing,
+// unexpected or different tensor, and the model is left as it was. An unreadable file: ddp::Error.
 void import_weights(const std::string& path, torch::nn::Module& model);
 
 }  // namespace ddp

@@ -47,7 +47,7 @@ expect_refused pickle.pt "plain Python pickle, not the zip archive torch.save wr
 expect_refused list.pt "holds a list, not a state_dict"
 expect_refused checkpoint.pt "holds 'model': a dict, not a tensor"
 expect_refused truncated.pt "is truncated or damaged"
-expect_refused cnn.pt "does not fit the model.*missing fc.weight \[1, 20\].*unexpected conv1.bias \[32\]"
+expect_refused cnn.pt "does not fit the model.*missing fc.weight \[1, 20\].*unexpected conv1.bias \[32\].*twin module of python/ddpw/models.py"
 expect_refused shape.pt "fc.weight has shape \[1, 21\] in the file, \[1, 20\] in the model"
 expect_refused dtype.pt "fc.bias is float64 in the file, float32 in the model"
 expect_refused snapshot.pt "is a training snapshot \(save_snapshot\), not a state_dict"
