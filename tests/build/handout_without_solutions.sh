@@ -11,7 +11,9 @@
 set -euo pipefail
 root=${DDPW_ROOT:?DDPW_ROOT must point at the project}
 fail() { echo "FAIL: $*"; exit 1; }
-tmp=$(mktemp -d /tmp/ddpw-handout.XXXXXX)
+# Under DDPW_TEST_TREES when scripts/test gives one: there the compiler cache serves the main build's
+# objects (same paths relative to the cache's base folder), so only the configure and links cost.
+tmp=$(mktemp -d "${DDPW_TEST_TREES:-/tmp}/ddpw-handout.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 tree=$tmp/course
 mkdir -p "$tree"
