@@ -116,12 +116,12 @@ ddpw_role() {
     case " ${families[*]-} " in *" $family "*) ;; *) families+=("$family") ;; esac
   done
   for family in "${families[@]}"; do
+    # Lmod prints one version a line (terse), or, for a single version, a paragraph that names it.
     while read -r line; do
-      case $line in "$family" | "$family"/*) offers+=" $line" ;; esac
-    done < <(module -t spider "$family" 2>&1 || true)
+      case " $offers " in *" $line "*) ;; *) offers+=" $line" ;; esac
+    done < <(module -t spider "$family" 2>&1 | grep -oE "(^|[[:space:]])$family/[^[:space:],:\"]+" | tr -d ' \t' || true)
   done
   local tried="${names[*]}" where="module spider ${families[*]}"
-  [ ${#names[@]} -gt 1 ] || tried="'${names[0]}'"
   local fix="$where lists the versions $site has: put the one to use first in the $role line of $file, with its source in ${file%env.sh}SOURCES.md (or point DDPW_SITE_ENV at your own copy)"
   local found="\`$where\` offers:${offers:- nothing}"
   if [ "$confirmed" = no ] && [ "${DDPW_MODULES:-all}" = run ]; then
