@@ -21,9 +21,10 @@
 # `module is-avail` finds is loaded, and env.sh says which ("ddpw: CUDA toolkit: cuda/12.9.1").
 # Where the site has none of them, env.sh stops there (return 1, your shell stays open) and prints
 # what `module spider` offers for that role and how to fix the list.
-# When you build (source clusters/<site>/env.sh on a login node or in an interactive session) every
-# line loads. A batch job (DDPW_MODULES=run, set by clusters/common.sh) loads only the "run" and
-# "job" lines: a build module a site renamed cannot stop it, and an unconfirmed run role of which
+# When you build (source clusters/<site>/env.sh on a login node or in an interactive session) the
+# "build" and "run" lines load; scripts/site-check (DDPW_MODULES=check) loads all three kinds and
+# takes a torch venv not made yet as a note. A batch job (DDPW_MODULES=run, set by
+# clusters/common.sh) loads only the "run" and "job" lines: a build module a site renamed cannot stop it, and an unconfirmed run role of which
 # nothing loads is a warning, not the end of the job.
 
 # ddpw_purge: `module purge`, if this shell has modules at all (a clean start: the job does not
@@ -54,6 +55,10 @@ ddpw_toolkit() {
 ddpw_venv() {
   local home=${DDPW_HOME:-$HOME/.cache/ddp-workshop}
   local venv=${DDPW_VENV:-$home/venv} site=${DDPW_SITE_NAME:-this site}
+  if [ ! -x "$venv/bin/python3" ] && [ "${DDPW_MODULES:-all}" = check ]; then
+    echo "ddpw: torch venv: none yet in $venv (scripts/setup.sh makes it: clusters/<site>/README.md)"
+    return 0
+  fi
   if [ ! -x "$venv/bin/python3" ]; then
     echo "ddpw: error: no torch venv in $venv (fix: make it once on a login node, with the torch build for $site's GPUs: DDPW_HOME=$home DDPW_TORCH_CUDA=${DDPW_TORCH_CUDA:-<build>} DDPW_TORCH_INDEX_URL=<PyTorch's index for it> scripts/setup.sh, as clusters/<site>/README.md shows; or export DDPW_HOME where you made it)" >&2
     return 1
@@ -82,7 +87,7 @@ ddpw_role() {
   [ ${#names[@]} -gt 0 ] || { echo "ddpw: error: $usage: no NAME given for $role" >&2; return 1; }
   local site=${DDPW_SITE_NAME:-this site} file=${DDPW_ENV_FILE:-clusters/<site>/env.sh}
   if [ "${DDPW_MODULES:-all}" = run ] && [ "$when" = build ]; then return 0; fi
-  if [ "${DDPW_MODULES:-all}" != run ] && [ "$when" = job ]; then return 0; fi
+  if [ "${DDPW_MODULES:-all}" = all ] && [ "$when" = job ]; then return 0; fi
   if ! declare -F module >/dev/null && ! command -v module >/dev/null; then
     echo "ddpw: error: there is no \`module\` command in this shell, so the $role module (${names[*]}) cannot be loaded (fix: source /etc/profile, or log in again with a login shell)" >&2
     return 1
