@@ -1,22 +1,31 @@
 # shellcheck shell=bash
-# defines: ddpw_load — one line per module in a site's env.sh, saying when it is needed and whether
-#          the course could confirm its name; ddpw_toolkit, the CUDA toolkit module of the torch
-#          build's CUDA major; ddpw_venv, the set-up's torch venv; sourced by every clusters/<site>/env.sh.
+# defines: ddpw_role — one line per role in a site's env.sh (CUDA toolkit, PyTorch, compiler, MPI, ...):
+#          the site's documented module names for it, in order of preference, of which the first the
+#          site has is loaded; when it is needed; whether the course could confirm the names.
+#          ddpw_load, the same for one name; ddpw_toolkit, the CUDA toolkit names of the torch build's
+#          CUDA major; ddpw_venv, the set-up's torch venv. Sourced by every clusters/<site>/env.sh.
 #
-#   ddpw_load build NAME [unconfirmed]   compiler, CMake, CUDA toolkit: only when you build
-#   ddpw_load run NAME [unconfirmed]     what the jobs need too (a launcher: torchrun, mpirun)
-#   ddpw_load job NAME [unconfirmed]     in jobs only (a network plugin for NCCL between nodes: the
-#                                        build needs none, and its libraries must not meet the configure)
-#   ddpw_toolkit NAME12 NAME13           prints the toolkit module for DDPW_TORCH_CUDA (cu126/cu128:
-#                                        NAME12, cu130: NAME13): nvcc's major must be LibTorch's
-#   ddpw_venv                            $DDPW_HOME/venv (scripts/setup.sh) first on PATH: its torch
-#                                        gives CMake LibTorch, and the jobs torchrun
+#   ddpw_role build ROLE [unconfirmed] NAME...  compiler, CMake, CUDA toolkit: only when you build
+#   ddpw_role run ROLE [unconfirmed] NAME...    what the jobs need too (a launcher: torchrun, mpirun)
+#   ddpw_role job ROLE [unconfirmed] NAME...    in jobs only (a network plugin for NCCL between nodes: the
+#                                               build needs none, and its libraries must not meet the configure)
+#   ddpw_load WHEN NAME [unconfirmed]           ddpw_role WHEN NAME's family [unconfirmed] NAME
+#   ddpw_toolkit "NAMES12" "NAMES13"            prints the toolkit names for DDPW_TORCH_CUDA (cu126/cu128:
+#                                               NAMES12, cu130: NAMES13): nvcc's major must be LibTorch's
+#   ddpw_venv                                   $DDPW_HOME/venv (scripts/setup.sh) first on PATH: its torch
+#                                               gives CMake LibTorch, and the jobs torchrun
 #
-# When you build (source clusters/<site>/env.sh on a login node or in an interactive session) every
-# line loads; a module that does not load stops env.sh there (return 1, your shell stays open) with
-# a message that names it and how to find the right name. A batch job (DDPW_MODULES=run, set by
-# clusters/common.sh) loads only the "run" lines: a build module a site renamed cannot stop it, and
-# an unconfirmed run module that does not load is a warning, not the end of the job.
+# Module versions change every few months: each role names the versions clusters/<site>/SOURCES.md
+# gives a source for, newest documented first, and may end with a major alone (`cuda/12`: Lmod's
+# newest 12.x, its "extended default") or the bare name (the site's default version). The first one
+# `module is-avail` finds is loaded, and env.sh says which ("ddpw: CUDA toolkit: cuda/12.9.1").
+# Where the site has none of them, env.sh stops there (return 1, your shell stays open) and prints
+# what `module spider` offers for that role and how to fix the list.
+# When you build (source clusters/<site>/env.sh on a login node or in an interactive session) the
+# "build" and "run" lines load; scripts/site-check (DDPW_MODULES=check) loads all three kinds and
+# takes a torch venv not made yet as a note. A batch job (DDPW_MODULES=run, set by
+# clusters/common.sh) loads only the "run" and "job" lines: a build module a site renamed cannot stop it, and an unconfirmed run role of which
+# nothing loads is a warning, not the end of the job.
 
 # ddpw_purge: `module purge`, if this shell has modules at all (a clean start: the job does not
 # inherit what was loaded in the shell that submitted it). ddpw_reset: `module reset` instead (the
@@ -28,13 +37,13 @@ _ddpw_module_start() {
   module "$1" || echo "ddpw: warning: module $1 failed; going on with the modules already loaded" >&2
 }
 
-# ddpw_toolkit NAME12 NAME13: the CUDA toolkit module whose major is that of the torch build the
-# site's env.sh chose (DDPW_TORCH_CUDA): two CUDA majors in one program is what CMake's check
-# (cmake/CudaStack.cmake) stops the configure for.
+# ddpw_toolkit "NAMES12" "NAMES13": the CUDA toolkit modules (each a list, in order of preference)
+# whose major is that of the torch build the site's env.sh chose (DDPW_TORCH_CUDA): two CUDA majors
+# in one program is what CMake's check (cmake/CudaStack.cmake) stops the configure for.
 ddpw_toolkit() {
   case ${DDPW_TORCH_CUDA:-} in
-    cu12*) echo "${1:?ddpw_toolkit NAME12 NAME13}" ;;
-    cu13*) echo "${2:?ddpw_toolkit NAME12 NAME13}" ;;
+    cu12*) echo "${1?ddpw_toolkit NAMES12 NAMES13}" ;;
+    cu13*) echo "${2?ddpw_toolkit NAMES12 NAMES13}" ;;
     *) echo "ddpw: error: DDPW_TORCH_CUDA='${DDPW_TORCH_CUDA:-}' is not a torch build (fix: cu126, cu128 or cu130, as ${DDPW_ENV_FILE:-env.sh} says)" >&2
        return 1 ;;
   esac
@@ -46,6 +55,10 @@ ddpw_toolkit() {
 ddpw_venv() {
   local home=${DDPW_HOME:-$HOME/.cache/ddp-workshop}
   local venv=${DDPW_VENV:-$home/venv} site=${DDPW_SITE_NAME:-this site}
+  if [ ! -x "$venv/bin/python3" ] && [ "${DDPW_MODULES:-all}" = check ]; then
+    echo "ddpw: torch venv: none yet in $venv (scripts/setup.sh makes it: clusters/<site>/README.md)"
+    return 0
+  fi
   if [ ! -x "$venv/bin/python3" ]; then
     echo "ddpw: error: no torch venv in $venv (fix: make it once on a login node, with the torch build for $site's GPUs: DDPW_HOME=$home DDPW_TORCH_CUDA=${DDPW_TORCH_CUDA:-<build>} DDPW_TORCH_INDEX_URL=<PyTorch's index for it> scripts/setup.sh, as clusters/<site>/README.md shows; or export DDPW_HOME where you made it)" >&2
     return 1
@@ -54,25 +67,74 @@ ddpw_venv() {
   export PATH DDPW_HOME=$home
 }
 
+# ddpw_load WHEN NAME [unconfirmed]: one name, its family (the part before the /) as the role.
 ddpw_load() {
   local when=${1:?ddpw_load build|run|job NAME [unconfirmed]} name=${2:?ddpw_load build|run|job NAME [unconfirmed]}
+  ddpw_role "$when" "${name%%/*}" ${3:+"$3"} "$name"
+}
+
+# ddpw_role WHEN ROLE [unconfirmed] NAME...: each NAME argument may hold several names (a list from
+# ddpw_toolkit); the first the site has is loaded.
+ddpw_role() {
+  local usage="ddpw_role build|run|job ROLE [unconfirmed] NAME..."
+  local when=${1:?$usage} role=${2:?$usage}
+  shift 2
   local confirmed=yes
-  [ "${3:-}" = unconfirmed ] && confirmed=no
+  if [ "${1:-}" = unconfirmed ]; then confirmed=no; shift; fi
+  local -a names=() words=()
+  local word
+  for word in "$@"; do read -r -a words <<< "$word"; names+=(${words[@]+"${words[@]}"}); done
+  [ ${#names[@]} -gt 0 ] || { echo "ddpw: error: $usage: no NAME given for $role" >&2; return 1; }
   local site=${DDPW_SITE_NAME:-this site} file=${DDPW_ENV_FILE:-clusters/<site>/env.sh}
   if [ "${DDPW_MODULES:-all}" = run ] && [ "$when" = build ]; then return 0; fi
-  if [ "${DDPW_MODULES:-all}" != run ] && [ "$when" = job ]; then return 0; fi
+  if [ "${DDPW_MODULES:-all}" = all ] && [ "$when" = job ]; then return 0; fi
   if ! declare -F module >/dev/null && ! command -v module >/dev/null; then
-    echo "ddpw: error: there is no \`module\` command in this shell, so '$name' cannot be loaded (fix: source /etc/profile, or log in again with a login shell)" >&2
+    echo "ddpw: error: there is no \`module\` command in this shell, so the $role module (${names[*]}) cannot be loaded (fix: source /etc/profile, or log in again with a login shell)" >&2
     return 1
   fi
-  if module load "$name"; then return 0; fi
-  local fix="find the name $site uses with \`module spider ${name%%/*}\` (or \`module avail ${name%%/*}\`), then fix $file or point DDPW_SITE_ENV at your own copy"
+  local name chosen=""
+  for name in "${names[@]}"; do
+    if module is-avail "$name" >/dev/null 2>&1; then chosen=$name; break; fi
+  done
+  # None available, or a module system without `is-avail`: the first choice, whose failure prints
+  # the module system's own message.
+  [ -n "$chosen" ] || chosen=${names[0]}
+  if module load "$chosen"; then
+    # The version loaded (a major alone or a bare name loads the site's choice): Lmod lists it.
+    local loaded=$chosen m
+    for m in ${LOADEDMODULES//:/ }; do
+      case $m in "$chosen"/* | "$chosen".*) loaded=$m ;; esac
+    done
+    [ "$loaded" = "$chosen" ] || loaded="$loaded ($chosen)"
+    if [ "$chosen" = "${names[0]}" ]; then
+      echo "ddpw: $role: $loaded"
+    else
+      echo "ddpw: $role: $loaded; the first choice, ${names[0]}, is not at $site"
+    fi
+    return 0
+  fi
+  # What the site has for this role: `module spider` of each family the names belong to.
+  local -a families=()
+  local family offers="" line
+  for name in "${names[@]}"; do
+    family=${name%%/*}
+    case " ${families[*]-} " in *" $family "*) ;; *) families+=("$family") ;; esac
+  done
+  for family in "${families[@]}"; do
+    # Lmod prints one version a line (terse), or, for a single version, a paragraph that names it.
+    while read -r line; do
+      case " $offers " in *" $line "*) ;; *) offers+=" $line" ;; esac
+    done < <(module -t spider "$family" 2>&1 | grep -oE "(^|[[:space:]])$family/[^[:space:],:\"]+" | tr -d ' \t' || true)
+  done
+  local tried="${names[*]}" where="module spider ${families[*]}"
+  local fix="$where lists the versions $site has: put the one to use first in the $role line of $file, with its source in ${file%env.sh}SOURCES.md (or point DDPW_SITE_ENV at your own copy)"
+  local found="\`$where\` offers:${offers:- nothing}"
   if [ "$confirmed" = no ] && [ "${DDPW_MODULES:-all}" = run ]; then
-    echo "ddpw: warning: module '$name' did not load (a name the course could not confirm for $site); the job goes on without it. If it then fails to start a program (e.g. \"GLIBCXX_... not found\"), $fix" >&2
+    echo "ddpw: warning: no $role module loaded ($tried: names the course could not confirm for $site; $found); the job goes on without it. If it then fails to start a program (e.g. \"GLIBCXX_... not found\"), $fix" >&2
     return 0
   fi
   local note=""
-  [ "$confirmed" = no ] && note=" (a name the course could not confirm for $site)"
-  echo "ddpw: error: module '$name' did not load$note (fix: $fix)" >&2
+  [ "$confirmed" = no ] && note=" (names the course could not confirm for $site)"
+  echo "ddpw: error: no $role module loaded: $site has none of $tried$note; $found (fix: $fix)" >&2
   return 1
 }

@@ -1,18 +1,25 @@
 # shellcheck shell=bash
-# defines: CSC Roihu's modules, one line each (clusters/modules.sh): "build" lines only when you
-#          build (`source clusters/roihu/env.sh`), "run" lines in every job too. Roihu's GPU nodes
-#          are GH200 (aarch64): the build uses torch 2.11's aarch64 wheel unpacked in the project's
-#          disk area as its LibTorch (README.md); CSC's pytorch module gives the jobs torchrun.
-# Last checked against CSC's documentation on 2026-11-26. The module names come from Roihu users'
-# 2026 job scripts, not CSC's pages ("unconfirmed"): check them with `module avail NAME`.
+# defines: CSC Roihu's modules (its GPU side, Roihu-GPU), one line per role (clusters/modules.sh):
+#          "build" lines only when you build (`source clusters/roihu/env.sh` on roihu-gpu.csc.fi),
+#          "run" lines in every job too. Each role lists the names SOURCES.md gives a source for, in
+#          order of preference; the first one Roihu has is loaded. The GPU nodes are GH200 (aarch64):
+#          the build uses torch 2.11's aarch64 wheel as its LibTorch (README.md); CSC's
+#          python-pytorch module gives the jobs torchrun.
+# Every name and its source (page, date read), or the command that confirms it: SOURCES.md.
 DDPW_SITE_NAME=Roihu DDPW_ENV_FILE=clusters/roihu/env.sh
 # shellcheck source=clusters/modules.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../modules.sh" || return 1
-# The torch build of the LibTorch (GH200: sm_90, in every aarch64 build of torch 2.11): cu128, or
-# cu130 where nvidia-smi shows a driver of CUDA 13 (release 580 or newer).
+# The torch build of the LibTorch (GH200: sm_90, in every aarch64 build of torch 2.11): cu128 with
+# Roihu-GPU's default toolkit (CUDA 12.9); cu130 with its CUDA 13.1 (the driver CSC shows is CUDA 13).
 export DDPW_TORCH_CUDA=${DDPW_TORCH_CUDA:-cu128}
-ddpw_purge
-ddpw_load run pytorch/2.10 unconfirmed || return 1  # CSC's: torchrun for the step 2 scripts
-DDPW_TOOLKIT=$(ddpw_toolkit cuda/12.8 cuda/13.0) || return 1
-ddpw_load build "$DDPW_TOOLKIT" unconfirmed || return 1  # nvcc of the torch build's CUDA major
-ddpw_load build cmake unconfirmed || return 1       # CMake >= 3.21
+# module reset: Roihu-GPU's defaults (GNU compilers, CUDA-aware OpenMPI, the default CUDA), whatever
+# the shell that submitted the job had loaded.
+ddpw_reset
+ddpw_role run PyTorch python-pytorch/2.10 python-pytorch || return 1  # CSC's, renamed from pytorch/2.10: torchrun
+# The compiler: the default GNU suite (module reset) goes with the default CUDA 12.9; CSC pairs
+# CUDA 13.1 with gcc/15.2.0 (nvcc refuses a host compiler newer than its release knows).
+DDPW_COMPILER=$(ddpw_toolkit "" "gcc/15.2.0") || return 1
+[ -z "$DDPW_COMPILER" ] || ddpw_role build compiler "$DDPW_COMPILER" || return 1
+DDPW_TOOLKIT=$(ddpw_toolkit "cuda/12.9.1 cuda/12" "cuda/13.1.1 cuda/13") || return 1
+ddpw_role build "CUDA toolkit" "$DDPW_TOOLKIT" || return 1  # nvcc of the torch build's CUDA major
+ddpw_role build CMake unconfirmed cmake || return 1          # CMake >= 3.21

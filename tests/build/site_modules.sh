@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The sites' clusters/<site>/env.sh under a real module system (Debian's Lmod) whose module tree
-# mirrors each site's names and versions (tests/slurm/site-modulefiles.sh), then the project's own
-# configure, CUDA/NCCL stack check included. Here the only LibTorch is the set-up's torch 2.11 with
+# The sites' clusters/<site>/env.sh under a real module system (Debian's Lmod) whose module trees
+# mirror the names and versions each site's SOURCES.md lists (tests/slurm/site-modulefiles.sh), then
+# the project's own configure, CUDA/NCCL stack check included. Here the only LibTorch is the set-up's torch 2.11 with
 # CUDA 13.0 and the only toolkit CUDA 13.0, so:
 #   1. every site's default (its torch build, e.g. cu126 for V100s): env.sh loads, loads no NCCL
 #      module, loads a toolkit with a version (an unversioned one would get the tree's CUDA 11
@@ -34,16 +34,28 @@ tmp=$(mktemp -d /tmp/ddpw-modules.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 # shellcheck source=tests/slurm/site-modulefiles.sh
 source "$root/tests/slurm/site-modulefiles.sh"
-site_modulefiles "$tmp/modulefiles" "$venv/bin"
+# One tree per site, of the module names its SOURCES.md lists (not of env.sh's). Where a site's
+# table names no CUDA 13 toolkit version (only "the newest 13.x", cuda/13), the tree adds this
+# machine's (cuda/13.0, cudatoolkit/13.0): what that request would find at a site that has one.
+for site in "${sites[@]}"; do
+  site_modulefiles "$tmp/modulefiles-$site" "$venv/bin" "$site" +cuda/13.0 +cudatoolkit/13.0
+done
 
-# No NCCL module and no toolkit without a version, in any env.sh (the lines themselves).
-bad=$(awk '{ sub(/[ \t]#.*/, "") }
-  /^[ \t]*ddpw_load / { name = $3; gsub(/"/, "", name)
-    if (name ~ /nccl/ && name !~ /^aws-ofi-nccl\//) print FILENAME ": an NCCL module: " $0
-    if (name ~ /^(cuda|cudatoolkit)$/) print FILENAME ": a CUDA toolkit without a version: " $0 }
-  /ddpw_toolkit / { for (i = 1; i <= NF; i++) if ($i ~ /ddpw_toolkit$/) {
-      for (j = i + 1; j <= NF && $j !~ /^[)|]/; j++) if ($j !~ /\//) print FILENAME ": a toolkit without a version: " $0 } }' \
-  "$root"/clusters/*/env.sh)
+# No NCCL module and no toolkit without a version, in any env.sh (its role lines, read as
+# lint.site_sources reads them).
+bad=$(python3 - "$root" <<'PY'
+import sys
+from pathlib import Path
+sys.path.insert(0, sys.argv[1] + "/tests/lint")
+import site_sources
+for env in sorted(Path(sys.argv[1]).glob("clusters/*/env.sh")):
+    for line, name in site_sources.module_names(env):
+        if "nccl" in name and not name.startswith("aws-ofi-nccl/"):
+            print(f"{env}:{line}: an NCCL module: {name}")
+        if name in ("cuda", "cudatoolkit"):
+            print(f"{env}:{line}: a CUDA toolkit without a version: {name}")
+PY
+)
 [ -z "$bad" ] || { echo "$bad"; fail "an env.sh loads an NCCL module (LibTorch brings its own) or a toolkit without a version"; }
 
 # in_site SITE MODE SCRIPT: a fresh bash with Lmod and the tree, env.sh sourced (MODE: build or run,
@@ -55,7 +67,7 @@ in_site() {
   env -i HOME="$HOME" PATH=/usr/local/bin:/usr/bin:/bin LMOD_SYSTEM_DEFAULT_MODULES=cudatoolkit/25.3_12.8 \
     DDPW_VENV="$venv" DDPW_MODULES=$modules ${DDPW_TORCH_CUDA:+DDPW_TORCH_CUDA=$DDPW_TORCH_CUDA} \
     bash -c 'source "$1" && export MODULEPATH="$2" && cd "$3" && source "clusters/$4/env.sh" && eval "$5"' \
-    _ "$lmod_init" "$tmp/modulefiles" "$root" "$site" "$script" >"$tmp/$site.$mode.log" 2>&1
+    _ "$lmod_init" "$tmp/modulefiles-$site" "$root" "$site" "$script" >"$tmp/$site.$mode.log" 2>&1
 }
 major() { echo "${1%%.*}"; }
 check_stack() {  # check_stack TORCH_CUDA TOOLKIT_CUDA: the configure's check, on these versions

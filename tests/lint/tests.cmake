@@ -5,3 +5,8 @@ foreach(check format shellcheck layers)
   set_tests_properties(lint.${check} PROPERTIES LABELS unit TIMEOUT 300 SKIP_RETURN_CODE 77
                        ENVIRONMENT "DDPW_ROOT=${PROJECT_SOURCE_DIR};${DDPW_CPU_ONLY_ENV}")
 endforeach()
+# Every module name of clusters/<site>/env.sh and every #SBATCH partition, GPU request, QoS,
+# constraint, reservation and account of its scripts has a row in clusters/<site>/SOURCES.md, each
+# row a source page and the date read, or *unconfirmed* and the command that confirms it.
+add_test(NAME lint.site_sources COMMAND python3 "${CMAKE_CURRENT_LIST_DIR}/site_sources.py" "${PROJECT_SOURCE_DIR}")
+set_tests_properties(lint.site_sources PROPERTIES LABELS unit TIMEOUT 60 ENVIRONMENT "${DDPW_CPU_ONLY_ENV}")

@@ -14,6 +14,8 @@
 # controller is dead (left by a killed run), instead of clashing on the bridge.
 # Settings (environment):
 #   DDPW_CLUSTER_GPUS=N      GPUs per node for Slurm's bookkeeping (default 4): many jobs on one node
+#   DDPW_CLUSTER_GPU_TYPES="gh200 l4"  the nodes' GPU types, in node order (the last for the nodes
+#                            after it), as a site's --gres=gpu:TYPE:N names them; default untyped
 #   DDPW_CLUSTER_BIND=1      (single mode) the node has this machine's real CPUs and srun binds each
 #                            task to the CPUs of its step (TaskPlugin=task/affinity), as on a site:
 #                            a task's affinity mask then shows how many CPUs srun gave it
@@ -186,10 +188,15 @@ SlurmctldTimeout=30
 SlurmdTimeout=30
 Waittime=0
 CONF
+read -r -a gpu_types <<< "${DDPW_CLUSTER_GPU_TYPES:-}"
+i=0
 for n in $node_names; do
   addr=127.0.0.1; [ "$mode" = netns ] && addr=$subnet.$((10 + ${n#node}))
-  echo "NodeName=$n NodeHostname=$n NodeAddr=$addr CPUs=$cpus RealMemory=$memory_mb Gres=gpu:$gpus Features=projects,scratch State=UNKNOWN"
-  echo "NodeName=$n Name=gpu File=$dir/dev/gpu[0-$((gpus - 1))]" >> "$dir/etc/gres.conf"
+  type=""   # DDPW_CLUSTER_GPU_TYPES: the i-th node's GPU type (the last one for the nodes after it)
+  [ ${#gpu_types[@]} = 0 ] || type=${gpu_types[$((i < ${#gpu_types[@]} ? i : ${#gpu_types[@]} - 1))]}
+  i=$((i + 1))
+  echo "NodeName=$n NodeHostname=$n NodeAddr=$addr CPUs=$cpus RealMemory=$memory_mb Gres=gpu:${type:+$type:}$gpus Features=projects,scratch State=UNKNOWN"
+  echo "NodeName=$n Name=gpu ${type:+Type=$type }File=$dir/dev/gpu[0-$((gpus - 1))]" >> "$dir/etc/gres.conf"
 done >> "$dir/etc/slurm.conf"
 echo "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES" >> "$dir/etc/slurm.conf"
 export SLURM_CONF=$dir/etc/slurm.conf

@@ -2,6 +2,7 @@
 #          learners of test-workshop.sh, sourced and exported, so that the sites' real
 #          clusters/<site>/env.sh run unchanged (test-modules.sh uses Debian's real Lmod):
 #            module purge            does nothing (and `conda activate ...` neither)
+#            module is-avail NAME    fails for a NAME listed in DDPW_FAKE_MODULES_MISSING, as Lmod's
 #            module load NAME...     fails as Lmod does for a NAME listed in DDPW_FAKE_MODULES_MISSING;
 #                                    pytorch*/anaconda*/python* put the test's torch (DDPW_TEST_TORCH_BIN) on
 #                                    PATH, as those modules would; anything else loads nothing
@@ -11,6 +12,9 @@ module() {
   shift || true
   case $command in
     purge) return 0 ;;
+    is-avail)
+      case " ${DDPW_FAKE_MODULES_MISSING:-} " in *" ${1:-} "*) return 1 ;; esac
+      return 0 ;;
     load)
       for name in "$@"; do
         case " ${DDPW_FAKE_MODULES_MISSING:-} " in

@@ -1,44 +1,85 @@
 # shellcheck shell=bash
-# defines: site_modulefiles DIR VENV_BIN [MISSING...] — a module tree for Debian's Lmod that mirrors
-#          the names and versions the sites' clusters/<site>/env.sh load (sourced by the tests):
+# defines: site_modules SITE — the module names clusters/SITE/SOURCES.md lists (its "Modules" table),
+#          one a line: the names the site's pages (or, marked unconfirmed there, its users' scripts)
+#          give, not those env.sh asks for; a name that env.sh asks for and the table lacks is
+#          therefore missing from the mirror, as at a site that never had it.
+#          site_modulefiles DIR VENV_BIN SITE [CHANGE...] — a module tree for Debian's Lmod that
+#          mirrors those names (sourced by the tests). A CHANGE is a name or a glob (`cuda/*`) to
+#          leave out, as at a site that dropped it, or +NAME to add, as at a site that added it.
+#   A major alone that the table calls "the newest 12.x" (`cuda/12`: Lmod's extended default) is a request
+#     Lmod resolves, not a module: it gets no file of its own. A bare name (`cmake`: the site's default
+#     version) gets one, NAME/mirror, only when the table gives no version of it.
 #   CUDA toolkits (one family, as at the sites: loading one swaps the other out). Those of CUDA 13
-#     put this machine's toolkit (/usr/local/cuda, or DDPW_TEST_CUDA_HOME) on PATH; those of CUDA 12
-#     have no nvcc here and only say their version (DDPW_TEST_TOOLKIT). An unversioned `cuda` or
-#     `cudatoolkit` gets a CUDA 11 default, as Puhti's did: a line without a version shows.
-#   Pythons and torches (anaconda3, pytorch-conda, python, pytorch...): VENV_BIN first on PATH.
+#     put this machine's toolkit (/usr/local/cuda, or DDPW_TEST_CUDA_HOME) on PATH; the others have
+#     no nvcc here and only say their version (DDPW_TEST_TOOLKIT). The tree adds one module of its
+#     own, a CUDA 11 default (`cuda/11.7.0`, `cudatoolkit/11.7`), as Puhti's was: a toolkit line
+#     without a version shows.
+#   Pythons and torches (anaconda*, pytorch*, python*): VENV_BIN first on PATH.
 #   The rest (compilers, CMake, MPI, the NCCL network plugin): nothing but their name in
 #     LOADEDMODULES (and DDPW_TEST_JOB_MODULE for the plugin).
-# No NCCL module is made: an env.sh that loads one fails. Names in MISSING are left out, as a site
-# without them; `module reset` loads LMOD_SYSTEM_DEFAULT_MODULES (Delta's defaults: its CUDA 12.8
-# toolkit), which the caller exports.
+# No NCCL module is made: an env.sh that loads one fails. `module reset` loads
+# LMOD_SYSTEM_DEFAULT_MODULES (Delta's defaults: its CUDA 12.8 toolkit), which the caller exports.
+site_modules() {
+  local site=${1:?site_modules SITE [requests]} root=${DDPW_ROOT:?DDPW_ROOT must point at the project}
+  local file=$root/clusters/$site/SOURCES.md
+  [ -f "$file" ] || { echo "site_modules: $file not found" >&2; return 1; }
+  # The value column (2nd) of the rows under "## Modules": every backticked word that is a name.
+  # With "requests": only the rows whose fact says "the newest N.x" (a major alone, for Lmod to resolve).
+  # shellcheck disable=SC2016  # backticks, not an expansion
+  awk -F'|' -v want="${2:-names}" '/^## /{ modules = ($0 ~ /^## Modules/) }
+    modules && /^\|/ && NF > 3 && (want != "requests" || $2 ~ /the newest [0-9]+\.x/) { print $3 }' "$file" |
+    grep -oE '`[A-Za-z][A-Za-z0-9._+-]*(/[A-Za-z0-9._+-]+)?`' | tr -d '`' | sort -u
+}
+
 site_modulefiles() {
-  local dir=${1:?site_modulefiles DIR VENV_BIN [MISSING...]} venv_bin=${2:?site_modulefiles DIR VENV_BIN [MISSING...]}
-  shift 2
-  local missing=" $* " cuda_home=${DDPW_TEST_CUDA_HOME:-/usr/local/cuda} name version
+  local usage="site_modulefiles DIR VENV_BIN SITE [CHANGE...]"
+  local dir=${1:?$usage} venv_bin=${2:?$usage} site=${3:?$usage}
+  shift 3
+  local cuda_home=${DDPW_TEST_CUDA_HOME:-/usr/local/cuda} name version change
+  local -a names=() leave_out=() requests=()
+  mapfile -t names < <(site_modules "$site") || return 1
+  mapfile -t requests < <(site_modules "$site" requests) || return 1
+  [ ${#names[@]} -gt 0 ] || { echo "site_modulefiles: no module names in clusters/$site/SOURCES.md" >&2; return 1; }
+  for change in "$@"; do
+    case $change in +*) names+=("${change#+}") ;; *) leave_out+=("$change") ;; esac
+  done
   mkdir -p "$dir"
-  _modulefile() {  # _modulefile NAME LUA...: DIR/NAME.lua, unless NAME is missing
-    case $missing in *" $1 "*) return 0 ;; esac
+  _ddpw_mirror_file() {  # _ddpw_mirror_file NAME LUA...: DIR/NAME.lua
     mkdir -p "$dir/$(dirname "$1")"
-    local body=$1; shift
-    printf '%s\n' "$@" > "$dir/$body.lua"
+    local path=$dir/$1.lua; shift
+    printf '%s\n' "$@" > "$path"
   }
-  for name in cuda/13.0 cudatoolkit/13.0 cudatoolkit/25.9_13.0; do
-    _modulefile "$name" 'family("cuda")' "prepend_path(\"PATH\", \"$cuda_home/bin\")" \
-      "setenv(\"CUDA_HOME\", \"$cuda_home\")" "setenv(\"DDPW_TEST_TOOLKIT\", \"13.0\")"
+  local -a made=()
+  for name in "${names[@]}" cuda/11.7.0 cudatoolkit/11.7; do
+    for change in ${leave_out[@]+"${leave_out[@]}"}; do
+      # shellcheck disable=SC2254  # a glob on purpose
+      case $name in $change) continue 2 ;; esac
+    done
+    # "the newest 12.x" (cuda/12): a request Lmod resolves (its extended default), not a module
+    case " ${requests[*]-} " in *" $name "*) continue ;; esac
+    case $name in
+      */*) ;;
+      *) # a bare name: a file only if the table has no version of it
+         printf '%s\n' "${names[@]}" | grep -q "^$name/" && continue
+         name=$name/mirror ;;
+    esac
+    made+=("$name")
+    case $name in
+      cuda/* | cudatoolkit/*)
+        version=${name#*/}
+        version=${version#*_}   # cudatoolkit/25.3_12.8: NVIDIA HPC SDK 25.3, CUDA 12.8
+        if [ "${version%%.*}" = 13 ]; then
+          _ddpw_mirror_file "$name" 'family("cuda")' "prepend_path(\"PATH\", \"$cuda_home/bin\")" \
+            "setenv(\"CUDA_HOME\", \"$cuda_home\")" "setenv(\"DDPW_TEST_TOOLKIT\", \"$version\")"
+        else
+          _ddpw_mirror_file "$name" 'family("cuda")' "setenv(\"DDPW_TEST_TOOLKIT\", \"$version\")"
+        fi ;;
+      anaconda* | pytorch* | python*) _ddpw_mirror_file "$name" "prepend_path(\"PATH\", \"$venv_bin\")" ;;
+      aws-ofi-nccl/*) _ddpw_mirror_file "$name" 'setenv("DDPW_TEST_JOB_MODULE", "aws-ofi-nccl")' ;;
+      *) _ddpw_mirror_file "$name" "-- $name: nothing to set here" ;;
+    esac
   done
-  for name in cuda/12.2 cuda/12.6.0 cuda/12.8 cuda/12.8.1 cudatoolkit/12.8 cudatoolkit/25.3_12.8 cuda/11.7.0 cudatoolkit/11.7; do
-    version=${name#*/}
-    version=${version#*_}   # cudatoolkit/25.3_12.8: NVIDIA HPC SDK 25.3, CUDA 12.8
-    _modulefile "$name" 'family("cuda")' "setenv(\"DDPW_TEST_TOOLKIT\", \"$version\")"
-  done
-  printf 'module_version("cuda/11.7.0", "default")\n' > "$dir/cuda/.modulerc.lua"
-  printf 'module_version("cudatoolkit/11.7", "default")\n' > "$dir/cudatoolkit/.modulerc.lua"
-  for name in anaconda3/2025.12 pytorch-conda/2.12 python/3.12 pytorch/2.5 pytorch/2.10 anaconda/Python-ML-2025a; do
-    _modulefile "$name" "prepend_path(\"PATH\", \"$venv_bin\")"
-  done
-  for name in mpi/openmpi-4.1.5 gcc/14.2.0 gcc/11.3.0 gcc/12 gcc-toolset/12 cmake/3.25; do
-    _modulefile "$name" "-- $name: nothing to set here"
-  done
-  _modulefile aws-ofi-nccl/1.14.2 'setenv("DDPW_TEST_JOB_MODULE", "aws-ofi-nccl")'
-  unset -f _modulefile
+  [ ! -f "$dir/cuda/11.7.0.lua" ] || printf 'module_version("cuda/11.7.0", "default")\n' > "$dir/cuda/.modulerc.lua"
+  [ ! -f "$dir/cudatoolkit/11.7.lua" ] || printf 'module_version("cudatoolkit/11.7", "default")\n' > "$dir/cudatoolkit/.modulerc.lua"
+  unset -f _ddpw_mirror_file
 }
