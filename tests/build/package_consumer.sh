@@ -5,7 +5,8 @@
 #   build.package_consumer (no argument): builds train_single (plain LibTorch) and train_ddp (the
 #     same loop made distributed); train_single trains, and train_ddp runs under torchrun with 2
 #     ranks on the CPU (Gloo): both ranks end with the same weights, near train_single's.
-#   build.installed_headers_alone (--headers): each installed header compiles alone (-fsyntax-only).
+#   build.installed_headers_alone (--headers): each installed header compiles alone (-fsyntax-only),
+#     as tests/build/headers_alone/ checks it.
 set -euo pipefail
 root=${DDPW_ROOT:?DDPW_ROOT must point at the project}
 build=${DDPW_BUILD_DIR:?DDPW_BUILD_DIR must be the build folder}
@@ -33,14 +34,15 @@ fi
 
 generator=()
 command -v ninja >/dev/null && generator=(-G Ninja)
-headers=OFF
-[ "$mode" = --headers ] && headers=ON
-cmake -S "$root/examples/train_ddp" -B consumer "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
-  -DCMAKE_PREFIX_PATH="$work/prefix" -DTorch_DIR="$torch_dir" -DCHECK_HEADERS=$headers >configure.log 2>&1 ||
+project=$root/examples/train_ddp
+[ "$mode" = --headers ] && project=$root/tests/build/headers_alone
+cmake -S "$project" -B consumer "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_PREFIX_PATH="$work/prefix" -DTorch_DIR="$torch_dir" >configure.log 2>&1 ||
   show_fail configure.log "the consumer's configure (find_package(ddpw))"
 
 if [ "$mode" = --headers ]; then
-  cmake --build consumer --target headers_alone --parallel "$(nproc)" >build.log 2>&1 ||
+  grep -o 'headers alone: .*' configure.log
+  cmake --build consumer --parallel "$(nproc)" >build.log 2>&1 ||
     show_fail build.log "an installed header does not compile alone"
   count=$(find prefix/include/ddp -name '*.h' | wc -l)
   echo "PASS: each of the $count installed headers compiles alone, $(( $(date +%s) - start )) s"

@@ -113,10 +113,10 @@ main=${DDPW_BUILD_DIR:-}
 same=no
 if [ -n "$main" ] && [ -f "$main/build.ninja" ] && [ -f "$main/CMakeCache.txt" ]; then
   # The build folder's choices, compiler and flags included: what CI's environment chose for it
-  # (CC, CXX, CXXFLAGS) is not the site's business.
+  # (CC, CXX, CXXFLAGS, scripts/test's compiler cache) is not the site's business.
   options=()
   for key in CMAKE_BUILD_TYPE DDPW_WERROR DDPW_PCH DDPW_UNITY CMAKE_C_COMPILER CMAKE_CXX_COMPILER CMAKE_CXX_FLAGS \
-    CMAKE_EXE_LINKER_FLAGS; do
+    CMAKE_EXE_LINKER_FLAGS CMAKE_CXX_COMPILER_LAUNCHER; do
     value=$(sed -n "s/^$key:[A-Z]*=//p" "$main/CMakeCache.txt")
     [ -z "$value" ] || options+=("-D$key=$value")
   done
