@@ -8,6 +8,7 @@
 #include "course/compute.h"
 #include "course/epoch_report.h"
 #include "course/from_options.h"
+#include "course/kept_memory.h"
 #include "course/run_main.h"
 #include "course/run_report.h"
 #include "course/zero_settings.h"
@@ -39,6 +40,7 @@ class Strategy {
   virtual torch::Tensor train_step(const Batch& batch) = 0;
   virtual std::optional<TrainingState> load() = 0;    // all ranks call it
   virtual void save(const TrainingState& state) = 0;  // all ranks call it
+  virtual KeptBytes kept() = 0;                       // what this rank keeps between steps, measured
 };
 
 // A ZeRO run's manifest (JSON) where single or ddp expects a plain snapshot: name the strategies that
@@ -80,6 +82,9 @@ class Replicated final : public Strategy {
   void save(const TrainingState& state) override {
     if (launch_.global_rank == 0) save_snapshot(options_, *model_, *optimizer_, state);
   }
+  KeptBytes kept() override {
+    return kept_bytes(*model_, *optimizer_, ddp_ ? "DDP: every rank keeps all of it" : "one process");
+  }
 
  private:
   const Options& options_;
@@ -112,6 +117,7 @@ class Sharded final : public Strategy {
   }
   std::optional<TrainingState> load() override { return load_sharded_snapshot(options_, optimizer_); }
   void save(const TrainingState& state) override { save_sharded_snapshot(options_, optimizer_, state); }
+  KeptBytes kept() override { return kept_bytes(model_, optimizer_); }
 
  private:
   const Options& options_;
@@ -159,6 +165,7 @@ int train_epochs(const Options& o, const LaunchEnv& launch, torch::Device device
     }
     first_step = 0;
     reporter.end_epoch(log, strategy->plain_model());
+    if (epoch == epochs_run) report_memory(reporter, strategy->kept());  // each rank: what it keeps (step 4)
     if ((epoch + 1) % o.save_every == 0 || epoch + 1 == o.total_epochs) save(epoch + 1, 0);
   }
   reporter.end_training(strategy->plain_model());
