@@ -14,7 +14,7 @@
 #include "ddp/hostlist.h"         // defines: expand_hostlist (Slurm's node lists)
 #include "ddp/stop_agreement.h"   // defines: StopAgreement (all ranks stop at one step on SIGTERM/SIGUSR1)
 // TODO(step4): ZeRO's model wrapper, optimizer and snapshots instead of DDP's (start at ddp/zero_data_parallel.h).
-#include "course/from_options.h"            // defines: save/load_snapshot, ddp_options, process_group_options
+#include "course/from_options.h"            // defines: (sharded) snapshots, ddp_options, zero_options, adam_options
 #include "ddp/distributed_data_parallel.h"  // defines: DistributedDataParallel
 #include "ddp/process_group.h"              // defines: ProcessGroup, init_process_group
 
