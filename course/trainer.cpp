@@ -70,7 +70,8 @@ class Replicated final : public Strategy {
   void begin_epoch(int64_t epoch) override { set_learning_rate(*optimizer_, workload_.learning_rate(epoch)); }
   torch::Tensor train_step(const Batch& batch) override {
     optimizer_->zero_grad();
-    auto loss = workload_.loss(model_->forward(batch.input), batch.target);
+    auto output = ddp_ ? ddp_->forward(batch.input) : model_->forward(batch.input);  // ddp: through the wrapper
+    auto loss = workload_.loss(output, batch.target);
     loss.backward();  // with ddp: the buckets' allreduce runs during backward (the hooks of ddp_)
     optimizer_->step();
     return loss;
@@ -108,7 +109,7 @@ class Sharded final : public Strategy {
   void begin_epoch(int64_t) override {}  // the rate changes every step
   torch::Tensor train_step(const Batch& batch) override {
     optimizer_.zero_grad();
-    auto loss = workload_.loss(model_->forward(batch.input), batch.target);
+    auto loss = workload_.loss(model_(batch.input), batch.target);
     loss.backward();
     if (options_.deepspeed.gradient_clipping > 0) optimizer_.clip_grad_norm(options_.deepspeed.gradient_clipping);
     optimizer_.set_lr(learning_rate_at(options_, optimizer_.steps_taken()));

@@ -56,7 +56,7 @@ class Trainer {
 
   torch::Tensor run_batch(const ddp::Batch& batch) {
     optimizer_->zero_grad();
-    auto loss = workload_.loss(model_->forward(batch.input), batch.target);
+    auto loss = workload_.loss(model_(batch.input), batch.target);  // TODO(step1): through the wrapper
     loss.backward();
     // TODO(step4): DeepSpeed's gradient_clipping (the norm of all ranks' shards) and WarmupLR, then the step.
     if (opt_.deepspeed.gradient_clipping > 0) optimizer_->clip_grad_norm(opt_.deepspeed.gradient_clipping);
