@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Every step page's Run block as a learner runs it: the first ```bash block under "## Run" of
-# step0_*/README.md ... step5_*/README.md, in the steps' order, each run by bash command by command
-# (set -e: the first command that fails ends the page, named with its exit code), in one fresh
-# folder (a copy of the project's tracked files, no build outputs, no snapshots) with the solution's
-# code in place: each step's program in build/bin is the solution's, already built (copied, not
-# rebuilt). A page whose commands fail in sequence (a snapshot the next command refuses, a flag a
+# step0_*/README.md ... step5_*/README.md, each run by bash command by command (set -e: the first
+# command that fails ends the page, named with its exit code), each page in a fresh folder of its
+# own (a copy of the project's tracked files, no build outputs, no snapshots, nothing an earlier
+# page made: a learner may start at any step) with the solution's code in place: each step's
+# program in build/bin is the solution's, already built (copied, not rebuilt). A page whose commands fail in sequence (a snapshot the next command refuses, a flag a
 # program does not take, a file that is not there) fails the test.
 #
 # What the test changes in a block, and nothing else (each substitution is a sed below):
@@ -23,19 +23,24 @@ ROOT=${DDPW_ROOT:?DDPW_ROOT must point at the project}
 command -v torchrun >/dev/null || fail "torchrun not found (scripts/setup.sh installs it)"
 command -v mpirun >/dev/null || fail "mpirun not found (scripts/setup.sh installs OpenMPI)"
 
-# ---- the fresh folder: tracked and new files, not the build outputs; the solutions' programs
-tree=$WORK/course
-mkdir -p "$tree/build/bin/solutions"
+# ---- a fresh folder: tracked and new files, not the build outputs; the solutions' programs
+# (the project's files are packed once; each page unpacks them into its own folder)
 if git -C "$ROOT" rev-parse --git-dir >/dev/null 2>&1; then
-  git -C "$ROOT" ls-files -z --cached --others --exclude-standard | tar -C "$ROOT" --null -T - -cf - | tar -C "$tree" -xf -
+  git -C "$ROOT" ls-files -z --cached --others --exclude-standard | tar -C "$ROOT" --null -T - -cf "$WORK/project.tar"
 else
-  tar -C "$ROOT" --exclude='./build*' --exclude=./out --exclude='*.pt' -cf - . | tar -C "$tree" -xf -
+  tar -C "$ROOT" --exclude='./build*' --exclude=./out --exclude='*.pt' -cf "$WORK/project.tar" .
 fi
-cp "$BIN/step0_single_gpu" "$tree/build/bin/"
-for program in "$BIN"/solutions/*; do
-  cp "$program" "$tree/build/bin/solutions/"
-  cp "$program" "$tree/build/bin/$(basename "$program")"  # the learner's exercise, done
-done
+fresh_folder() {  # FOLDER STEP: the project, and step STEP's programs where a learner's build puts them
+  local tree=$1 step=$2
+  mkdir -p "$tree/build/bin/solutions"
+  tar -C "$tree" -xf "$WORK/project.tar"
+  if [ -x "$BIN/solutions/$step" ]; then
+    cp "$BIN/solutions/$step" "$tree/build/bin/solutions/"
+    cp "$BIN/solutions/$step" "$tree/build/bin/"  # the learner's exercise, done
+  else
+    cp "$BIN/$step" "$tree/build/bin/"  # step 0: the starting program, no exercise
+  fi
+}
 
 # ---- one page's Run block, with the substitutions above
 run_block() {  # README -> the commands on stdout
@@ -68,7 +73,7 @@ unset DDPW_BUILD DDPW_BIN DDPW_ROOT   # the pages' commands find everything from
 
 total=$SECONDS
 pages=0
-for page in "$tree"/step*_*/README.md; do
+for page in "$ROOT"/step*_*/README.md; do
   step=$(basename "$(dirname "$page")")
   short=${step%%_*}
   if [ -n "${DDPW_PAGE_RUNS_STEPS:-}" ] && ! grep -qw "${short#step}" <<<"$DDPW_PAGE_RUNS_STEPS"; then continue; fi
@@ -81,6 +86,8 @@ for page in "$tree"/step*_*/README.md; do
     substitute <<<"$block"
   } >"$WORK/$step.sh"
   start=$SECONDS
+  tree=$WORK/$step
+  fresh_folder "$tree" "$step"
   rc=0
   (cd "$tree" && DDPW_TEST_TIMEOUT=300 run_logged "$WORK/$step.log" bash "$WORK/$step.sh") || rc=$?
   if [ "$rc" != 0 ]; then
