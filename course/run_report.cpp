@@ -87,7 +87,7 @@ void print_settings(const Options& o, const LaunchEnv& launch, const torch::Devi
       {"device (rank 0)", device_name(device)},
       {"threads per rank", threads_with_reason(o, launch, threads)},
       {"dataset", o.dataset},
-      {"data folder", o.dataset == "synthetic" ? "(none: generated)" : absolute(data_folder(o))},
+      {"data folder", o.dataset.rfind("synthetic", 0) == 0 ? "(none: generated)" : absolute(data_folder(o))},
       {"epochs / save every", std::to_string(o.total_epochs) + " / " + std::to_string(o.save_every)},
       {"batch size per rank", std::to_string(o.batch_size)},
       {"global batch size", std::to_string(o.batch_size * launch.world_size)},

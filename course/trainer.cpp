@@ -8,6 +8,7 @@
 #include "course/compute.h"
 #include "course/epoch_report.h"
 #include "course/from_options.h"
+#include "course/kept_memory.h"
 #include "course/run_main.h"
 #include "course/run_report.h"
 #include "course/zero_settings.h"
@@ -39,6 +40,7 @@ class Strategy {
   virtual torch::Tensor train_step(const Batch& batch) = 0;
   virtual std::optional<TrainingState> load() = 0;    // all ranks call it
   virtual void save(const TrainingState& state) = 0;  // all ranks call it
+  virtual KeptBytes kept() = 0;                       // what this rank keeps between steps, measured
 };
 
 // A ZeRO run's manifest (JSON) where single or ddp expects a plain snapshot: name the strategies that
@@ -68,7 +70,8 @@ class Replicated final : public Strategy {
   void begin_epoch(int64_t epoch) override { set_learning_rate(*optimizer_, workload_.learning_rate(epoch)); }
   torch::Tensor train_step(const Batch& batch) override {
     optimizer_->zero_grad();
-    auto loss = workload_.loss(model_->forward(batch.input), batch.target);
+    auto output = ddp_ ? ddp_->forward(batch.input) : model_->forward(batch.input);  // ddp: through the wrapper
+    auto loss = workload_.loss(output, batch.target);
     loss.backward();  // with ddp: the buckets' allreduce runs during backward (the hooks of ddp_)
     optimizer_->step();
     return loss;
@@ -79,6 +82,9 @@ class Replicated final : public Strategy {
   }
   void save(const TrainingState& state) override {
     if (launch_.global_rank == 0) save_snapshot(options_, *model_, *optimizer_, state);
+  }
+  KeptBytes kept() override {
+    return kept_bytes(*model_, *optimizer_, ddp_ ? "DDP: every rank keeps all of it" : "one process");
   }
 
  private:
@@ -103,7 +109,7 @@ class Sharded final : public Strategy {
   void begin_epoch(int64_t) override {}  // the rate changes every step
   torch::Tensor train_step(const Batch& batch) override {
     optimizer_.zero_grad();
-    auto loss = workload_.loss(model_->forward(batch.input), batch.target);
+    auto loss = workload_.loss(model_(batch.input), batch.target);
     loss.backward();
     if (options_.deepspeed.gradient_clipping > 0) optimizer_.clip_grad_norm(options_.deepspeed.gradient_clipping);
     optimizer_.set_lr(learning_rate_at(options_, optimizer_.steps_taken()));
@@ -112,6 +118,7 @@ class Sharded final : public Strategy {
   }
   std::optional<TrainingState> load() override { return load_sharded_snapshot(options_, optimizer_); }
   void save(const TrainingState& state) override { save_sharded_snapshot(options_, optimizer_, state); }
+  KeptBytes kept() override { return kept_bytes(model_, optimizer_); }
 
  private:
   const Options& options_;
@@ -159,6 +166,7 @@ int train_epochs(const Options& o, const LaunchEnv& launch, torch::Device device
     }
     first_step = 0;
     reporter.end_epoch(log, strategy->plain_model());
+    if (epoch == epochs_run) report_memory(reporter, strategy->kept());  // each rank: what it keeps (step 4)
     if ((epoch + 1) % o.save_every == 0 || epoch + 1 == o.total_epochs) save(epoch + 1, 0);
   }
   reporter.end_training(strategy->plain_model());

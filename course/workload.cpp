@@ -30,7 +30,7 @@ std::function<std::shared_ptr<Model>(torch::Device)> seeded_model(uint64_t seed,
         // The library cannot know which Python module is the twin: the course's are in models.py.
         throw Error(e.what(),
                     "save the state_dict of the twin module of python/ddpw/models.py that matches --dataset "
-                    "(LinearRegressor: synthetic; MnistCnn: mnist, fashion-mnist), in float32");
+                    "(LinearRegressor: synthetic; MnistCnn: mnist, fashion-mnist, synthetic-images), in float32");
       }
     }
     amp.apply_to(*model);
@@ -59,15 +59,33 @@ Workload synthetic(const Options& o) {
   return w;
 }
 
+// --dataset synthetic-images: generated 28x28 images for the CNN, no download (step 4 shows its
+// 1.2 M parameters' optimizer state with it). An image's class is which of 10 fixed random patterns
+// it matches best; the patterns are the same for the training and the test images.
+Dataset synthetic_images(int64_t samples, uint64_t seed) {
+  auto gen = at::detail::createCPUGenerator(seed);
+  auto pattern_gen = at::detail::createCPUGenerator(seed + 2000);
+  const auto patterns = torch::randn({28 * 28, 10}, pattern_gen);
+  Dataset d;
+  d.inputs = torch::randn({samples, 1, 28, 28}, gen);
+  d.targets = torch::matmul(d.inputs.reshape({samples, 28 * 28}), patterns).argmax(1);
+  return d;
+}
+
 Workload images(const Options& o) {
   Workload w;
   w.name = o.dataset;
-  const bool fashion = o.dataset == "fashion-mnist";
-  const std::string dir = data_folder(o);
-  // Per-dataset normalisation (mean, std of the training images), as the seeds' transforms do.
-  const double mean = fashion ? 0.2860 : 0.1307, std = fashion ? 0.3530 : 0.3081;
-  w.train = load_idx_dataset(dir, Split::kTrain, mean, std);
-  w.test = load_idx_dataset(dir, Split::kTest, mean, std);
+  if (o.dataset == "synthetic-images") {
+    w.train = synthetic_images(512, o.seed);
+    w.test = synthetic_images(128, o.seed + 1000);
+  } else {
+    const bool fashion = o.dataset == "fashion-mnist";
+    const std::string dir = data_folder(o);
+    // Per-dataset normalisation (mean, std of the training images), as the seeds' transforms do.
+    const double mean = fashion ? 0.2860 : 0.1307, std = fashion ? 0.3530 : 0.3081;
+    w.train = load_idx_dataset(dir, Split::kTrain, mean, std);
+    w.test = load_idx_dataset(dir, Split::kTest, mean, std);
+  }
   w.classification = true;
   const MixedPrecision amp = mixed_precision(o);
   w.precision = o.precision;

@@ -27,7 +27,7 @@ class ProcessGroup;
 namespace ddpw {
 
 struct Workload {
-  std::string name;  // "synthetic", "mnist" or "fashion-mnist"
+  std::string name;  // "synthetic", "mnist", "fashion-mnist" or "synthetic-images"
   ddp::Dataset train, test;
   bool classification = false;  // accuracy is reported for classifiers
   // The model, initialised from --seed (the same on every rank), then from --init-weights when
@@ -60,6 +60,7 @@ class MixedPrecision {
 
 // synthetic: 2048 samples, Linear(20,1), SGD, MSE. mnist/fashion-mnist: the IDX files in
 // --data-dir (default ./data/mnist, /usr/share/datasets/fashion-mnist), the CNN, Adadelta, NLL.
+// synthetic-images: 512 generated 28x28 images in 10 classes (128 to test), the same CNN.
 Workload make_workload(const Options& options);
 
 // Where the images are read from: --data-dir, else the dataset's usual folder.

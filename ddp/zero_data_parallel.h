@@ -115,7 +115,17 @@ class ZeroDataParallel {
   ZeroDataParallel(std::shared_ptr<M> module, std::shared_ptr<ProcessGroup> pg, ZeroOptions options = {})
       : module_(std::move(module)), reducer_(std::make_shared<ZeroReducer>(module_, std::move(pg), options)) {}
 
-  M* operator->() const { return module_.get(); }               // model->forward(x), as on the plain module
+  // The module's forward, as DistributedDataParallel's (model(x), model.forward(x)): ZeRO does its
+  // work in backward and in the optimizer's step, so nothing runs around it; the same call as DDP's.
+  template <typename... Args>
+  auto forward(Args&&... args) -> decltype(std::declval<M&>().forward(std::forward<Args>(args)...)) {
+    return module_->forward(std::forward<Args>(args)...);
+  }
+  template <typename... Args>
+  auto operator()(Args&&... args) -> decltype(std::declval<M&>().forward(std::forward<Args>(args)...)) {
+    return module_->forward(std::forward<Args>(args)...);
+  }
+  M* operator->() const { return module_.get(); }               // the plain module: parameters(), train(), ...
   const std::shared_ptr<M>& module() const { return module_; }  // the plain module (evaluation)
   int stage() const { return reducer_->stage(); }
   size_t bucket_count() const { return reducer_->bucket_count(); }

@@ -1,11 +1,10 @@
-// step4_sharded — the trainer with ZeRO (DeepSpeed's idea): each rank keeps only 1/N of the optimizer state.
-//   torchrun --standalone --nproc_per_node=2 --no-python step4_sharded 50 10 --zero 2 --deepspeed-config ds_config.json
-// New since step 3 (TODO(step4)): ZeRO's wrapper and optimizer, clipping and warm-up, a shard per rank. check-step 4.
+// step4_sharded — new since step 3 (TODO(step4)): ZeRO (DeepSpeed's idea), each rank keeps 1/N of Adam's state.
+//   torchrun --standalone --nproc_per_node=2 --no-python step4_sharded 20 10 --deepspeed-config ds_config.json
 #include <torch/torch.h>
 
 #include "course/check_launch.h"  // defines: LaunchValues, check_launch (who am I); job_port (launch_env.h)
 #include "course/compute.h"       // defines: configure_compute (threads per rank, --deterministic)
-#include "course/epoch_report.h"  // defines: EpochReporter (every line a rank prints, losses, metrics)
+#include "course/kept_memory.h"   // defines: report_memory (a rank's bytes kept); EpochReporter (epoch_report.h)
 #include "course/options.h"       // defines: Options, parse_options
 #include "course/run_main.h"      // defines: run_main; exit codes (error.h)
 #include "course/run_report.h"    // defines: print_settings, print_rank_table
@@ -15,7 +14,7 @@
 #include "ddp/hostlist.h"         // defines: expand_hostlist (Slurm's node lists)
 #include "ddp/stop_agreement.h"   // defines: StopAgreement (all ranks stop at one step on SIGTERM/SIGUSR1)
 // TODO(step4): ZeRO's model wrapper, optimizer and snapshots instead of DDP's (start at ddp/zero_data_parallel.h).
-#include "course/from_options.h"            // defines: save/load_snapshot, ddp_options, process_group_options
+#include "course/from_options.h"            // defines: (sharded) snapshots, ddp_options, zero_options, adam_options
 #include "ddp/distributed_data_parallel.h"  // defines: DistributedDataParallel
 #include "ddp/process_group.h"              // defines: ProcessGroup, init_process_group
 
@@ -57,7 +56,7 @@ class Trainer {
 
   torch::Tensor run_batch(const ddp::Batch& batch) {
     optimizer_->zero_grad();
-    auto loss = workload_.loss(model_->forward(batch.input), batch.target);
+    auto loss = workload_.loss(model_(batch.input), batch.target);  // TODO(step1): through the wrapper
     loss.backward();
     // TODO(step4): DeepSpeed's gradient_clipping (the norm of all ranks' shards) and WarmupLR, then the step.
     optimizer_->step();
@@ -80,6 +79,7 @@ class Trainer {
     }
     first_step_ = 0;
     reporter_.end_epoch(log, plain_model());
+    if (epoch == epochs_run_) ddpw::report_memory(reporter_, model_, *optimizer_);  // given: what each rank keeps
     return true;
   }
 

@@ -5,7 +5,8 @@
    A TODO(stepN) block is a comment that starts with `TODO(stepN)` (N = the step), its
    continuation comment lines, and the code right below it, up to the first blank line or the end
    of the enclosing block (the first line indented less than the TODO comment), whichever comes
-   first. Both files keep the TODO comments, so `diff -u stepN_x/main.cpp solutions/stepN_x/main.cpp`
+   first. A code line whose trailing comment starts with `TODO(stepN)` opens a block the same way,
+   with itself as the first line (a one-line answer without a comment line of its own). Both files keep the TODO comments, so `diff -u stepN_x/main.cpp solutions/stepN_x/main.cpp`
    shows only the answers. Reported per step: changed lines (removed + added; the target is at most
    MAX_CHANGED_LINES) and the length of `diff -u`, which adds headers and context lines.
 2. Exercise N is solution N-1 (for N = 1: step 0, the starting program) plus step N's TODO blocks:
@@ -60,9 +61,12 @@ def todo_blocks(lines, step, marker=None):
     # A comment that starts with it, not a mention.
     opener = re.compile(r"//\s*" + (marker or r"TODO\(" + re.escape(step) + r"\)"))
     for i, line in enumerate(lines):
-        if opener.search(line):
+        opening = opener.search(line)
+        if opening:
             indent, in_comment = indentation(line), True
             blocks.append((set(), []))
+            if not line.strip().startswith("//"):  # a trailing comment: the block opens on its code line
+                blocks[-1][1].append(line[opening.start():].lstrip("/").strip())
         elif indent is not None and (not line.strip() or indentation(line) < indent):
             indent = None
         if indent is not None:

@@ -63,7 +63,7 @@ class Trainer {
 
   torch::Tensor run_batch(const ddp::Batch& batch) {
     optimizer_->zero_grad();
-    auto loss = workload_.loss(model_->forward(batch.input), batch.target);
+    auto loss = workload_.loss(model_(batch.input), batch.target);  // TODO(step1): through the wrapper
     loss.backward();
     optimizer_->step();
     return loss;
