@@ -36,6 +36,12 @@ function(_ddpw_kept_archive name url url_hash install_hint out_archive out_from)
     set(kept "$ENV{HOME}/.cache/ddp-workshop/downloads")
   endif()
   execute_process(COMMAND "${CMAKE_COMMAND}" -E make_directory "${kept}" RESULT_VARIABLE rc OUTPUT_QUIET ERROR_QUIET)
+  get_filename_component(base "${url}" NAME)
+  if(rc EQUAL 0 AND NOT EXISTS "${kept}/${name}-${base}")
+    # A folder that is there but not this user's to write (an instructor's shared DDPW_HOME): nothing
+    # could be kept in it.
+    execute_process(COMMAND test -w "${kept}" RESULT_VARIABLE rc)
+  endif()
   if(NOT rc EQUAL 0 OR NOT IS_DIRECTORY "${kept}")
     message(STATUS "${name}: ${kept} cannot be written: its archive stays in this build folder")
     set(kept "${CMAKE_BINARY_DIR}/_deps/downloads")

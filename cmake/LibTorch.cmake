@@ -12,12 +12,52 @@
 function(_ddpw_torch_prefix_from_python python out)
   execute_process(
     COMMAND "${python}" -c "import torch, sys; sys.stdout.write(torch.utils.cmake_prefix_path)"
-    OUTPUT_VARIABLE prefix RESULT_VARIABLE rc ERROR_QUIET)
+    OUTPUT_VARIABLE prefix RESULT_VARIABLE rc ERROR_VARIABLE error)
   if(rc EQUAL 0 AND EXISTS "${prefix}/Torch/TorchConfig.cmake")
     set(${out} "${prefix}" PARENT_SCOPE)
   else()
     set(${out} "" PARENT_SCOPE)
+    # Why not, for the message: the last line of Python's error (e.g. "No module named 'torch'").
+    string(STRIP "${error}" error)
+    string(REGEX REPLACE ".*\n" "" error "${error}")
+    set(_ddpw_python_error "${error}" PARENT_SCOPE)
   endif()
+endfunction()
+
+# _ddpw_closed_folder(<path> <out>): the first folder on the way to <path> (following its links as far
+# as this user can) that this user cannot enter, with its owner and mode; empty if none.
+function(_ddpw_closed_folder path out)
+  set(${out} "" PARENT_SCOPE)
+  foreach(hop RANGE 8)
+    get_filename_component(dir "${path}" DIRECTORY)
+    set(walk "${dir}")
+    set(chain "")
+    while(NOT walk STREQUAL "/" AND NOT walk STREQUAL "")
+      list(PREPEND chain "${walk}")
+      get_filename_component(walk "${walk}" DIRECTORY)
+    endwhile()
+    foreach(folder IN LISTS chain)
+      execute_process(COMMAND test -e "${folder}" RESULT_VARIABLE missing)
+      if(NOT missing EQUAL 0)
+        return()  # every folder above it can be entered: it is not there
+      endif()
+      execute_process(COMMAND test -x "${folder}" RESULT_VARIABLE closed)
+      if(NOT closed EQUAL 0)
+        execute_process(COMMAND stat -c "owner %U, mode %a" "${folder}" OUTPUT_VARIABLE how
+                        OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+        set(${out} "${folder} (${how})" PARENT_SCOPE)
+        return()
+      endif()
+    endforeach()
+    if(NOT IS_SYMLINK "${path}")
+      return()
+    endif()
+    file(READ_SYMLINK "${path}" target)
+    if(NOT IS_ABSOLUTE "${target}")
+      set(target "${dir}/${target}")
+    endif()
+    set(path "${target}")
+  endforeach()
 endfunction()
 
 set(_ddpw_torch_source "")
@@ -32,10 +72,14 @@ else()
   else()
     find_program(_ddpw_python NAMES python3 python)
   endif()
+  # What was looked at and why it gave no LibTorch, for the message if nothing does.
+  set(_ddpw_looked "")
   if(_ddpw_python)
     _ddpw_torch_prefix_from_python("${_ddpw_python}" _ddpw_prefix)
     if(_ddpw_prefix)
       set(_ddpw_torch_source "the torch of ${_ddpw_python}")
+    else()
+      list(APPEND _ddpw_looked "the active python ${_ddpw_python} (${_ddpw_python_error})")
     endif()
   endif()
   if(NOT _ddpw_prefix)
@@ -44,16 +88,46 @@ else()
     else()
       set(_ddpw_home "$ENV{HOME}/.cache/ddp-workshop")
     endif()
-    if(EXISTS "${_ddpw_home}/venv/bin/python3")
-      _ddpw_torch_prefix_from_python("${_ddpw_home}/venv/bin/python3" _ddpw_prefix)
+    # The set-up's venv: none; one this user cannot run (its python a link into a folder they cannot
+    # enter: a venv made from root's pyenv, say); one whose python runs without torch.
+    set(_ddpw_venv_python "${_ddpw_home}/venv/bin/python3")
+    execute_process(COMMAND id -un OUTPUT_VARIABLE _ddpw_user OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+    set(_ddpw_venv_problem "")
+    if(EXISTS "${_ddpw_venv_python}")
+      _ddpw_torch_prefix_from_python("${_ddpw_venv_python}" _ddpw_prefix)
       if(_ddpw_prefix)
         set(_ddpw_torch_source "the set-up's torch in ${_ddpw_home}/venv")
+      else()
+        set(_ddpw_venv_problem "its python runs but gives no torch: ${_ddpw_python_error}")
       endif()
+    elseif(IS_SYMLINK "${_ddpw_venv_python}")
+      file(READ_SYMLINK "${_ddpw_venv_python}" _ddpw_target)
+      _ddpw_closed_folder("${_ddpw_venv_python}" _ddpw_closed)
+      if(_ddpw_closed)
+        string(CONCAT _ddpw_venv_problem "its python3 is a link to ${_ddpw_target}, behind ${_ddpw_closed}, "
+                                         "a folder you (${_ddpw_user}) cannot enter")
+      else()
+        set(_ddpw_venv_problem "its python3 is a link to ${_ddpw_target}, which does not exist")
+      endif()
+    elseif(EXISTS "${_ddpw_home}/venv")
+      set(_ddpw_venv_problem "it has no bin/python3")
+    else()
+      _ddpw_closed_folder("${_ddpw_venv_python}" _ddpw_closed)
+      if(_ddpw_closed)
+        set(_ddpw_venv_problem "you (${_ddpw_user}) cannot look into it: ${_ddpw_closed} is closed to you")
+      endif()
+    endif()
+    if(_ddpw_venv_problem)
+      list(APPEND _ddpw_looked "the set-up's venv ${_ddpw_home}/venv, which you cannot use: ${_ddpw_venv_problem}")
+    elseif(NOT _ddpw_prefix)
+      list(APPEND _ddpw_looked "the set-up's venv ${_ddpw_home}/venv (there is none: DDPW_HOME names where scripts/setup.sh put it)")
     endif()
   endif()
   if(_ddpw_prefix)
     list(APPEND CMAKE_PREFIX_PATH "${_ddpw_prefix}")
   else()
+    list(APPEND _ddpw_looked "the system (/usr, /usr/local)")
+    list(JOIN _ddpw_looked ";\n  " _ddpw_looked)
     set(_ddpw_torch_source "the system")
   endif()
 endif()
@@ -64,10 +138,24 @@ include("${CMAKE_CURRENT_LIST_DIR}/TorchCudaSetup.cmake")
 
 find_package(Torch CONFIG QUIET)
 if(NOT Torch_FOUND)
+  if(_ddpw_venv_problem)
+    # A venv is there but cannot serve: no other fix matters as much as this one.
+    message(FATAL_ERROR
+      "LibTorch was not found: the set-up's venv in ${_ddpw_home} cannot serve you. Looked at:\n  ${_ddpw_looked}.\n"
+      "Fix it in one of these ways:\n"
+      "  - if ${_ddpw_home} is your instructor's shared install: they make it again, usable by all, with\n"
+      "    scripts/setup.sh --shared ${_ddpw_home} (it uses the system's python3, which every user can run);\n"
+      "  - otherwise run scripts/setup.sh (it says what is wrong with the venv), or configure with DDPW_HOME\n"
+      "    set to a working install, or with -DCMAKE_PREFIX_PATH=/path/to/libtorch.")
+  endif()
+  if(NOT _ddpw_looked)
+    set(_ddpw_looked "${_ddpw_torch_source}")
+  endif()
   message(FATAL_ERROR
-    "LibTorch was not found (looked at: ${_ddpw_torch_source}).\n"
+    "LibTorch was not found. Looked at:\n  ${_ddpw_looked}.\n"
     "Fix it in one of these ways:\n"
-    "  - run scripts/setup.sh (installs the torch wheel into ~/.cache/ddp-workshop), or\n"
+    "  - in a room with a shared install: export DDPW_HOME=<the folder your instructor names>, or\n"
+    "  - run scripts/setup.sh (installs the torch wheel, about 4.7 GB, into ~/.cache/ddp-workshop), or\n"
     "  - pip install torch, and configure with that python3 on PATH, or\n"
     "  - point at a libtorch: cmake -DCMAKE_PREFIX_PATH=/path/to/libtorch ..., or\n"
     "  - on a cluster: module load the site's pytorch module before cmake.")

@@ -8,6 +8,12 @@
 #                               Gloo's headers, torch (scripts/course, before step 0)
 #   scripts/setup.sh --rest     the rest: GoogleTest, Fashion-MNIST, Slurm, munge, OpenMPI, the
 #                               linters (scripts/course, once step 0 has printed its first lines)
+#   scripts/setup.sh --shared DIR   the instructor's: everything, with torch installed once in DIR
+#                               for a room of learners on one machine, from the system's python3
+#                               (DDPW_SHARED_PYTHON, default /usr/bin/python3: never one in a home,
+#                               such as a pyenv shim first on root's PATH), readable by all, checked
+#                               as another user; prints the learners' `export DDPW_HOME=DIR` line.
+#                               A learner's set-up with that DDPW_HOME installs nothing.
 #
 #   DDPW_HOME      where the torch wheel is cached (default ~/.cache/ddp-workshop), outside the
 #                  clone, so a fresh clone (CI) does not download gigabytes again
@@ -20,19 +26,69 @@
 #   DDPW_NO_UV=1          install the wheels with pip even where uv could (see install_wheels)
 set -euo pipefail
 
-DDPW_HOME=${DDPW_HOME:-$HOME/.cache/ddp-workshop}
-DDPW_TORCH=${DDPW_TORCH:-2.11.0}
-VENV=$DDPW_HOME/venv
-
 say() { printf 'setup: %s\n' "$*"; }
 
-phase=all
+phase=all shared=""
 case ${1:-} in
   "") ;;
   --first) phase=first ;;
   --rest) phase=rest ;;
-  *) say "unknown argument '$1' (use --first, --rest, or nothing for everything)"; exit 2 ;;
+  --shared)
+    [ -n "${2:-}" ] || { say "--shared needs a folder: scripts/setup.sh --shared DIR (e.g. /opt/ddpw)"; exit 2; }
+    shared=$(realpath -m -- "$2"); DDPW_HOME=$shared ;;
+  *) say "unknown argument '$1' (use --first, --rest, --shared DIR, or nothing for everything)"; exit 2 ;;
 esac
+DDPW_HOME=${DDPW_HOME:-$HOME/.cache/ddp-workshop}
+DDPW_TORCH=${DDPW_TORCH:-2.11.0}
+VENV=$DDPW_HOME/venv
+SHARED_MARK=ddpw-shared-install.txt  # in DIR: made by --shared; learners' set-ups install nothing there
+SHARED_PYTHON=${DDPW_SHARED_PYTHON:-/usr/bin/python3}
+
+# closed_to_others PATH: the first folder on the way to PATH (as given, and with its links followed)
+# that other users cannot enter (no x for others), or nothing. PATH itself need not exist yet.
+closed_to_others() {
+  local path dir mode
+  for path in "$1" "$(readlink -m -- "$1")"; do
+    dir=$(dirname -- "$path")
+    while :; do
+      if [ -e "$dir" ]; then
+        mode=$(stat -Lc %a -- "$dir")
+        (( ${mode: -1} & 1 )) || { echo "$dir (owner $(stat -Lc %U -- "$dir"), mode $mode)"; return; }
+      fi
+      [ "$dir" != / ] || break
+      dir=$(dirname -- "$dir")
+    done
+  done
+}
+# A learner's set-up in the instructor's shared install (its mark, or a DDPW_HOME this user cannot
+# write): it uses what is there and installs nothing.
+in_shared=""
+if [ -z "$shared" ] && { [ -f "$DDPW_HOME/$SHARED_MARK" ] || { [ -d "$DDPW_HOME" ] && [ ! -w "$DDPW_HOME" ]; }; }; then
+  in_shared=1
+fi
+if [ -n "$shared" ]; then
+  say "a shared install in $shared: torch once, for every learner on this machine (python: $SHARED_PYTHON)"
+  "$SHARED_PYTHON" -c 'import venv, ensurepip' 2>/dev/null || {
+    say "error: $SHARED_PYTHON cannot make a venv (missing, or no venv module). Fix: apt-get install python3 python3-venv,"
+    say "       or DDPW_SHARED_PYTHON=<a python3 every learner can run> scripts/setup.sh --shared $shared"; exit 1; }
+  closed=$(closed_to_others "$SHARED_PYTHON")
+  [ -z "$closed" ] || {
+    say "error: $SHARED_PYTHON lies behind $closed, a folder other users cannot enter:"
+    say "       the learners could not run the venv. Fix: DDPW_SHARED_PYTHON=<a python3 outside any home, e.g. /usr/bin/python3>"; exit 1; }
+  closed=$(closed_to_others "$shared/venv")
+  [ -z "$closed" ] || {
+    say "error: the learners cannot reach $shared: $closed is closed to other users."
+    say "       Fix: a folder outside any home (e.g. /opt/ddpw, or the project disk), or chmod o+x that folder"; exit 1; }
+  # A venv made earlier from a python the learners cannot run (e.g. root's pyenv): made again.
+  if [ -L "$VENV/bin/python3" ] || [ -e "$VENV/bin/python3" ]; then
+    closed=$(closed_to_others "$VENV/bin/python3")
+    if [ -n "$closed" ]; then
+      say "the venv in $shared runs $(readlink -f -- "$VENV/bin/python3"), behind $closed: making it again from $SHARED_PYTHON"
+      rm -rf "$VENV"
+    fi
+  fi
+  umask 022   # everything made from here on: readable by all
+fi
 
 # Debian packages, first what the build and step 0 need: the toolchain, the CLI/JSON libraries and
 # Gloo's headers (c10d's Gloo header includes them and no LibTorch ships them); then the test
@@ -71,10 +127,12 @@ own_index() {
   "$VENV/bin/python3" -m pip config list 2>/dev/null | grep -qE '(^|\.)(extra-)?index-url='
 }
 install_wheels() {
+  local uv=$VENV/bin/uv
+  [ -x "$uv" ] || uv=$(command -v uv || echo "$uv")   # the venv's, else one on PATH, else pip installs it
   if [ -z "${DDPW_NO_UV:-}" ] && ! own_index &&
-     { [ -x "$VENV/bin/uv" ] || "$VENV/bin/python3" -m pip install -q uv; }; then
+     { [ -x "$uv" ] || "$VENV/bin/python3" -m pip install -q uv; }; then
     UV_CACHE_DIR=${UV_CACHE_DIR:-$DDPW_HOME/uv-cache} \
-      "$VENV/bin/uv" pip install -q --python "$VENV/bin/python3" "$@" numpy matplotlib && return
+      "$uv" pip install -q --python "$VENV/bin/python3" "$@" numpy matplotlib && return
     say "uv could not install them: pip instead"
   fi
   "$VENV/bin/python3" -m pip install -q --upgrade pip
@@ -82,6 +140,53 @@ install_wheels() {
   [ -z "$torch_index" ] || index=(--index-url "$torch_index")
   "$VENV/bin/python3" -m pip install -q "${index[@]}" "$@"
   "$VENV/bin/python3" -m pip install -q numpy matplotlib
+}
+
+# shared_torch VERSION: a learner's set-up in the instructor's shared install: its torch, or why it
+# cannot be used (never an install into it).
+shared_torch() {
+  local closed
+  if wants "$1"; then
+    say "LibTorch: torch $1 in the shared install $VENV (installing nothing)"
+    return
+  fi
+  say "error: the shared install in $DDPW_HOME (DDPW_HOME) cannot be used:"
+  if [ ! -L "$VENV/bin/python3" ] && [ ! -e "$VENV/bin/python3" ]; then
+    say "       it has no venv. Fix: your instructor runs scripts/setup.sh --shared $DDPW_HOME"
+  elif closed=$(closed_to_others "$VENV/bin/python3") && [ -n "$closed" ]; then
+    say "       its python3 is $(readlink -m -- "$VENV/bin/python3"), behind $closed, a folder you ($(id -un)) cannot enter."
+    say "       Fix: your instructor makes it again with scripts/setup.sh --shared $DDPW_HOME (it uses the system's python3)"
+  elif [ -n "$1" ]; then
+    say "       it holds torch $1, not $DDPW_TORCH${DDPW_TORCH_CUDA:+ ($DDPW_TORCH_CUDA)}. Fix: leave DDPW_TORCH/DDPW_TORCH_CUDA unset, or ask your instructor"
+  else
+    say "       its python3 runs no torch: $("$VENV/bin/python3" -c 'import torch' 2>&1 | tail -n 1)"
+    say "       Fix: your instructor runs scripts/setup.sh --shared $DDPW_HOME again"
+  fi
+  say "       (or your own install, about 4.7 GB: DDPW_HOME=~/.cache/ddp-workshop scripts/setup.sh)"
+  exit 1
+}
+
+# finish_shared: the shared install readable by all, checked as another user, and the learners' line.
+finish_shared() {
+  local version check=""
+  chmod -R a+rX "$shared"
+  version=$(torch_of "$VENV/bin/python3")
+  printf '%s\n' "A shared install of torch $version for the course, made by $(id -un) on $(date -u +%Y-%m-%dT%H:%MZ)" \
+    "with scripts/setup.sh --shared $shared (python: $SHARED_PYTHON). Learners: export DDPW_HOME=$shared" \
+    > "$shared/$SHARED_MARK"
+  chmod 644 "$shared/$SHARED_MARK"
+  if [ "$(id -u)" -eq 0 ] && PATH=$PATH:/usr/sbin:/sbin command -v runuser >/dev/null && id nobody >/dev/null 2>&1; then
+    check=$(cd / && PATH=$PATH:/usr/sbin:/sbin runuser -u nobody -- "$VENV/bin/python3" -c 'import torch; print(torch.__version__)' 2>&1) || {
+      say "error: the user nobody cannot run the shared install's python: ${check##*$'\n'}"; exit 1; }
+    check="; checked: the user nobody imports torch $check from it"
+  else
+    local closed
+    closed=$(find "$shared" ! -perm -o+r -print -quit)
+    [ -z "$closed" ] || { say "error: $closed is not readable by other users (fix: chmod -R a+rX $shared)"; exit 1; }
+  fi
+  say "shared install ready: torch $version in $VENV, readable by all$check"
+  say "each learner, once per shell (or in ~/.bashrc), before scripts/setup.sh and scripts/build.sh:"
+  printf '\n    export DDPW_HOME=%s\n\n' "$shared"
 }
 
 setup_torch() {
@@ -101,13 +206,15 @@ setup_torch() {
     [ "$1" = "$DDPW_TORCH" ] || [[ "$1" == "$DDPW_TORCH+"* ]]
   }
   cached=$(torch_of "$VENV/bin/python3" || true)
-  if [ -n "${Torch_DIR:-}${CMAKE_PREFIX_PATH:-}" ]; then
+  if [ -z "$shared" ] && [ -n "${Torch_DIR:-}${CMAKE_PREFIX_PATH:-}" ]; then
     say "LibTorch: using Torch_DIR/CMAKE_PREFIX_PATH from the environment"
-  elif [ -z "$DDPW_TORCH_CUDA" ] && [ -n "$(torch_of python3)" ] && [ ! -x "$VENV/bin/python3" ]; then
+  elif [ -n "$in_shared" ]; then
+    shared_torch "$cached"
+  elif [ -z "$shared" ] && [ -z "$DDPW_TORCH_CUDA" ] && [ -n "$(torch_of python3)" ] && [ ! -x "$VENV/bin/python3" ]; then
     say "LibTorch: the torch $(torch_of python3) of $(command -v python3)"
   elif wants "$cached"; then
     say "LibTorch: torch $cached cached in $VENV"
-  elif [ -z "$DDPW_TORCH_CUDA" ] && [ "$(id -u)" -ne 0 ] && [ -n "${SLURM_CLUSTER_NAME:-}${MODULEPATH:-}" ]; then
+  elif [ -z "$shared" ] && [ -z "$DDPW_TORCH_CUDA" ] && [ "$(id -u)" -ne 0 ] && [ -n "${SLURM_CLUSTER_NAME:-}${MODULEPATH:-}" ]; then
     say "LibTorch: none found; load the site's pytorch module (clusters/<site>/env.sh) and run again, or"
     say "          install a torch build for the site's GPUs: DDPW_TORCH_CUDA=cu126|cu128|cu130 scripts/setup.sh"
     say "          (clusters/<site>/README.md says which build, and where the venv goes: DDPW_HOME)"
@@ -133,9 +240,15 @@ setup_torch() {
       rm -rf "$VENV"
     fi
     what="torch==$DDPW_TORCH${DDPW_TORCH_CUDA:+ ($DDPW_TORCH_CUDA)}"
-    say "installing $what into $VENV (once; later runs reuse it)"
     mkdir -p "$DDPW_HOME"
-    [ -x "$VENV/bin/python3" ] || python3 -m venv "$VENV"
+    say "installing $what into $VENV (once; later runs reuse it): about 4.7 GB with its CUDA libraries,"
+    say "  $(df -Pk "$DDPW_HOME" | awk 'NR == 2 { printf "%.1f GB", $4 / 1048576 }') free there"
+    if [ -z "$shared" ]; then
+      say "  (a room of learners on one machine needs it once, not in each home: scripts/setup.sh --shared DIR, INSTRUCTOR.md)"
+    fi
+    venv_python=python3
+    [ -z "$shared" ] || venv_python=$SHARED_PYTHON
+    [ -x "$VENV/bin/python3" ] || "$venv_python" -m venv "$VENV"
     install_wheels "torch==$DDPW_TORCH"
     installed=$(torch_of "$VENV/bin/python3" || true)
     if ! wants "$installed"; then
@@ -193,3 +306,4 @@ fi
 
 # The venv also brings torchrun (step 2) and matplotlib (plots): put it on PATH for the scripts.
 if [ -x "$VENV/bin/torchrun" ]; then say "torchrun: $VENV/bin/torchrun"; fi
+[ -z "$shared" ] || finish_shared

@@ -237,5 +237,53 @@ class CommandLine(unittest.TestCase):
                 os.environ["CUDA_VISIBLE_DEVICES"] = before
 
 
+class SharedResults(unittest.TestCase):
+    """The solution's results in the progress folder: trusted only as its owner's, read-only to others."""
+
+    def setUp(self):
+        self.progress = tempfile.mkdtemp(prefix="ddpw-results-")
+        os.chmod(self.progress, 0o1777)
+        self.folder = os.path.join(self.progress, ".solutions")
+        os.mkdir(self.folder, 0o755)
+        self.path = os.path.join(self.folder, "step1.key.json")
+        check_step.write_atomically(self.path, {"program": "p", "run": {"rc": 0, "checksums": {}, "steps": {},
+                                                                         "savers": []}})
+
+    def tearDown(self):
+        shutil.rmtree(self.progress)
+
+    def refused(self, text):
+        with self.assertRaises(check_step.CheckError) as caught:
+            check_step.trusted_shared_result(self.progress, self.path)
+        self.assertIn(text, str(caught.exception))
+        self.assertIn(f"scripts/progress --prepare {self.progress}", str(caught.exception))
+
+    def test_the_owners_result_is_read(self):
+        self.assertEqual(check_step.trusted_shared_result(self.progress, self.path)["program"], "p")
+        self.assertIsNone(check_step.trusted_shared_result(self.progress, self.path + ".none"))
+
+    def test_a_result_others_may_write_is_refused(self):
+        os.chmod(self.path, 0o666)
+        self.refused("may be written by others (mode 666)")
+
+    def test_a_folder_others_may_write_is_refused(self):
+        os.chmod(self.folder, 0o1777)
+        self.refused("may be written by others (mode 1777)")
+
+    def test_a_link_is_refused(self):
+        os.rename(self.path, self.path + ".real")
+        os.symlink(self.path + ".real", self.path)
+        self.refused("is not a plain file")
+
+    @unittest.skipUnless(os.geteuid() == 0, "chown to another user needs root")
+    def test_another_users_result_is_refused_and_prepare_removes_it(self):
+        os.chown(self.path, 65534, 65534)  # nobody's
+        self.refused("belongs to")
+        os.chmod(self.folder, 0o1777)  # as an older check-step made it
+        check_step.secure_results_folder(self.progress)
+        self.assertEqual(os.stat(self.folder).st_mode & 0o7777, 0o755)
+        self.assertFalse(os.path.exists(self.path))
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)
