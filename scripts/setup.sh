@@ -93,12 +93,13 @@ fi
 # Debian packages, first what the build and step 0 need: the toolchain, the CLI/JSON libraries and
 # Gloo's headers (c10d's Gloo header includes them and no LibTorch ships them); then the test
 # library, the dataset, the launchers of the course, and the guard rails' linters (the tests
-# lint.format and lint.shellcheck), and Lmod (the sites' env.sh under a module system: tests).
+# lint.format and lint.shellcheck), Lmod (the sites' env.sh under a module system: tests), and ccache
+# (scripts/test: the build tests' fresh trees reuse the main build's objects).
 FIRST_PACKAGES=(build-essential cmake ninja-build git python3 python3-venv zlib1g-dev
                 libcli11-dev nlohmann-json3-dev libgloo-dev)
 REST_PACKAGES=(libgtest-dev dataset-fashion-mnist
                slurm-wlm munge openmpi-bin libopenmpi-dev libpmix-dev iproute2 util-linux procps
-               clang-format shellcheck lmod)
+               clang-format shellcheck lmod ccache)
 case $phase in
   first) PACKAGES=("${FIRST_PACKAGES[@]}") ;;
   rest) PACKAGES=("${REST_PACKAGES[@]}") ;;
