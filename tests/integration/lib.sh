@@ -57,3 +57,19 @@ check_training_log() {
   [ "$(echo "$snapshots" | grep -c .)" -eq 1 ] || fail "expected one snapshot file, found: ${snapshots:-none}"
   echo "loss $a -> $b; $ranks ranks, weights checksum $sums; writer $writer"
 }
+
+# The first TRAIN and TEST samples of Fashion-MNIST as plain IDX files in folder OUT.
+make_fashion_subset() {
+  local out=$1 train=$2 test=$3
+  mkdir -p "$out"
+  python3 - "$FASHION" "$out" "$train" "$test" <<'PY'
+import gzip, struct, sys
+src, out, n_train, n_test = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+for prefix, n in (("train", n_train), ("t10k", n_test)):
+    for kind, item in (("images-idx3-ubyte", 28 * 28), ("labels-idx1-ubyte", 1)):
+        data = gzip.open(f"{src}/{prefix}-{kind}.gz").read()
+        header = 16 if kind.startswith("images") else 8
+        with open(f"{out}/{prefix}-{kind}", "wb") as f:
+            f.write(data[:4] + struct.pack(">I", n) + data[8:header] + data[header:header + n * item])
+PY
+}

@@ -61,17 +61,7 @@ check_trace step1_multigpu_fork.json "gradient allreduce (bucket 1 of 1)" 1 afte
 #    backward still runs. The first 5200 images of Fashion-MNIST (and 1000 to test) give each rank
 #    26 steps of 100: the 20 recorded after the first 5, with a tenth of a whole epoch's work.
 require_fashion_mnist
-python3 - "$FASHION" fashion-subset 5200 1000 <<'EOF'
-import gzip, os, struct, sys
-src, out, n_train, n_test = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-os.makedirs(out, exist_ok=True)
-for prefix, n in (("train", n_train), ("t10k", n_test)):
-    for kind, item in (("images-idx3-ubyte", 28 * 28), ("labels-idx1-ubyte", 1)):
-        data = gzip.open(f"{src}/{prefix}-{kind}.gz").read()
-        header = 16 if kind.startswith("images") else 8
-        with open(f"{out}/{prefix}-{kind}", "wb") as f:
-            f.write(data[:4] + struct.pack(">I", n) + data[8:header] + data[header:header + n * item])
-EOF
+make_fashion_subset fashion-subset 5200 1000
 start=$SECONDS
 DDPW_TEST_TIMEOUT=300 run_logged cnn.log "$BIN/solutions/step1_multigpu_fork" 1 1 --nproc 2 --device cpu --dataset fashion-mnist \
   --data-dir fashion-subset --batch-size 100 --rendezvous-timeout 60 --collective-timeout 120 --fresh --trace cnn.json ||
