@@ -88,9 +88,10 @@ ProcessGroupOptions process_group_options(const Options& o) {
 
 SnapshotOwner snapshot_owner(const Options& o) {
   SnapshotOwner owner;
-  owner.program = o.program.name;
-  owner.kind = o.program.kind;
-  owner.step = o.program.step;
+  // The label snapshots written before it carried as a name and a variant ("step2_env_launch
+  // (solution)"), so that those still resume.
+  const auto& p = o.program;
+  owner.writer = p.kind.empty() || p.kind == "program" ? p.name : p.name + " (" + p.kind + ")";
   owner.dataset = o.dataset;
   return owner;
 }

@@ -41,7 +41,8 @@ ddp::AdamOptions adam_options(const Options& options);
 // The process-group settings of the command line (--backend, --*-timeout).
 ddp::ProcessGroupOptions process_group_options(const Options& options);
 
-// The program and dataset a snapshot records (options.program, options.dataset).
+// The writer and dataset a snapshot records: options.program's label ("step2_env_launch (solution)"),
+// options.dataset.
 ddp::SnapshotOwner snapshot_owner(const Options& options);
 
 // At --snapshot (options.snapshot_path), with --seed and snapshot_owner(options) (snapshot.h).

@@ -1,8 +1,8 @@
-// defines: Adadelta — the optimizer of the MNIST seed (torch.optim.Adadelta, lr 1.0), which the
-//          C++ frontend does not have. Built like torch::optim::Adagrad (options per parameter
-//          group, so set_lr works and schedulers apply); save/load keep every group's options and
-//          each parameter's square_avg, acc_delta and step, so a resumed run is bit-identical.
-//          Like torch.optim.Adadelta it updates all parameters of a device with multi-tensor
+// defines: Adadelta — the optimizer of PyTorch's image-classification example (torch.optim.
+//          Adadelta, lr 1.0), which the C++ frontend does not have. Built like Adagrad (options per
+//          parameter group, so set_lr works and schedulers apply); save/load keep every group's
+//          options and each parameter's square_avg, acc_delta and step, so a resumed run is
+//          bit-identical. Like torch.optim.Adadelta it updates all parameters of a device with multi-tensor
 //          (_foreach_*) kernels when they live on a GPU, one tensor at a time on the CPU. Mixed
 //          precision: it takes GradScaler's found_inf and skips on the device (SupportsAmpScaling).
 #pragma once

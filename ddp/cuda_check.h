@@ -1,6 +1,6 @@
 // defines: check_cuda_support — judge_cuda_support (cuda_support.h) for this process: the GPU's
 //          compute capability, LibTorch's arch list and CUDA version (from its CUDA hooks) and the
-//          driver's CUDA version (cudaDriverGetVersion). choose_device calls it on --device cuda, so
+//          driver's CUDA version (cudaDriverGetVersion). choose_device calls it for a "cuda" device, so
 //          a LibTorch without kernels for the GPU, or a driver too old for it, stops the program at
 //          start-up with the build to install, not at its first kernel.
 #pragma once

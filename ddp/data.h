@@ -36,7 +36,7 @@ struct Dataset {
   mutable const void* on_device_from_ = nullptr;      // ...of these inputs
 };
 
-// 2048 samples of 20 features (the tutorial's size), x ~ U[0,1), y = x·w + b + 0.01·noise with a
+// 2048 samples of 20 features (PyTorch's DDP series' size), x ~ U[0,1), y = x·w + b + 0.01·noise with a
 // fixed w and b: a target the model can learn, so the loss falls (upstream's one-output
 // cross-entropy is always 0). Same data for the same seed on every rank and every run.
 Dataset make_synthetic_dataset(int64_t samples = 2048, int64_t features = 20, uint64_t seed = 0);

@@ -22,7 +22,7 @@ torch::Device choose_device(const std::string& requested, int local_rank);
 std::string gpu_bus_id(const torch::Device& device);
 
 // Workers to spawn on this node: one per visible GPU, or `nproc` on the CPU (no GPU visible, or
-// --device cpu). When GPUs decide, says so in one line on stdout, since --nproc is then unused.
+// `requested_device` "cpu"). When GPUs decide, says so in one line on stdout, since `nproc` is then unused.
 int workers_per_node(const std::string& requested_device, int nproc);
 
 // Number of GPUs this process can see (0 without CUDA).

@@ -1,5 +1,5 @@
 // defines: judge_gpu_sharing — may these ranks share GPUs? The decision ProcessGroup makes before
-//          NCCL starts, and hello prints: from every rank's (host, PCI bus id), gathered over the
+//          NCCL starts, and a program may print: from every rank's (host, PCI bus id), gathered over the
 //          rendezvous store. The PCI bus id names the physical GPU whatever CUDA_VISIBLE_DEVICES
 //          renumbers, so two tasks that each see "cuda:0" are told apart, and two that name the
 //          same GPU are caught. NCCL needs one GPU per rank ("Duplicate GPU detected"); Gloo with

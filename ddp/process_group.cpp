@@ -86,7 +86,7 @@ bool is_loopback(const std::string& host) { return host == "localhost" || host.r
 
 // True once something accepts TCP connections at host:port; false when the deadline passes.
 // TCPStore's client retries a failed connect once, after a backoff, each try with the full
-// timeout: alone it waits about twice --rendezvous-timeout for a master that never comes.
+// timeout: alone it waits about twice the rendezvous timeout for a master that never comes.
 bool wait_until_listening(const std::string& host, int port, Clock::time_point deadline) {
   addrinfo hints{};
   hints.ai_socktype = SOCK_STREAM;

@@ -70,7 +70,7 @@ struct ProcessGroupOptions {
   // After a stop request, how long a host wait still gives an unfinished collective (a
   // preemption leaves tens of seconds before SIGKILL).
   std::chrono::milliseconds stop_grace{std::chrono::seconds(20)};
-  // false: rendezvous only; join_backend() later (hello reports every rank before any collective).
+  // false: rendezvous only; join_backend() later (a program can report every rank before any collective).
   bool join_backend = true;
   // Before each collective, check that every rank calls the same one (op, sizes, dtypes); a rank
   // that differs stops all at once, naming each rank's call (collective_check.h). One extra small
@@ -183,7 +183,7 @@ HostWaitResult wait_for_work(c10d::Work& work, const HostWaitPolicy& policy);
 // allreduce: the host waits for it (on NCCL watching failures and the stop flag).
 bool any_rank(ProcessGroup* pg, bool mine);
 
-// The tutorial's init_process_group: one call, one shared group for the program.
+// As torch.distributed's init_process_group: one call, one shared group for the program.
 std::shared_ptr<ProcessGroup> init_process_group(const LaunchEnv& launch, const torch::Device& device,
                                                  const ProcessGroupOptions& options = {});
 

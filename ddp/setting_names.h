@@ -30,10 +30,10 @@ enum class Setting {
 std::string setting_name(Setting s);
 
 // The setting with a value, as a user writes it: registered names are followed by the value
-// ("--backend gloo"); the library's own forms read as code (ProcessGroupOptions::backend = "gloo").
+// ("--my-backend gloo"); the library's own forms read as code (ProcessGroupOptions::backend = "gloo").
 std::string setting_value(Setting s, const std::string& value);
 
-// From now on messages name `s` as `name` (e.g. "--collective-timeout"); "" restores the library's
+// From now on messages name `s` as `name` (e.g. a program's flag, "--my-timeout"); "" restores the library's
 // name. Thread-safe; meant for start-up, before the first message is built.
 void set_setting_name(Setting s, const std::string& name);
 

@@ -27,8 +27,9 @@ using Json = nlohmann::ordered_json;
 constexpr std::string_view kShardMagic = "DDPWSHRD";
 constexpr uint32_t kShardVersion = 1;
 constexpr const char* kFormat = "ddp-workshop sharded snapshot";
-// Version 2 added who wrote the snapshot ("program": name, kind, step, dataset), as the plain
-// snapshot's format version 2 did; version 1 manifests (no writer) are refused by number.
+// Version 2 added who wrote the snapshot ("program": writer, dataset; before the writer's label:
+// name, kind, step, dataset, still read), as the plain snapshot's format version 2 did; version 1
+// manifests (no writer) are refused by number.
 constexpr int64_t kManifestVersion = 2;
 
 Error sharded_error(const std::string& path, const std::string& why) {
@@ -317,30 +318,21 @@ std::optional<Error> attempt(F&& f) {
   return std::nullopt;
 }
 
-// Who wrote a snapshot: the manifest's "program" entry (absent when no owner was given).
-// The dataset stands for the model (same shapes for MNIST and Fashion-MNIST: only it tells them apart).
-Json identity_of(const SnapshotOwner& o) {
-  return {{"name", o.program}, {"kind", o.kind}, {"step", o.step}, {"dataset", o.dataset}};
-}
-
-// "train_zero (solution) training synthetic", as a plain snapshot names its writer.
-std::string writer_of(const Json& id) {
-  SnapshotOwner o;
-  o.program = id.value("name", std::string());
-  o.kind = id.value("kind", std::string());
-  o.dataset = id.value("dataset", std::string("?"));
-  return o.label();
-}
+// Who wrote a snapshot: the manifest's "program" entry (absent when no owner was given), the
+// writer's label and the dataset (models of equal shapes trained on different data differ); one
+// written before the writer's label still reads (snapshot.h's detail::owner_from_manifest_entry).
+Json identity_of(const SnapshotOwner& o) { return Json::parse(detail::owner_to_manifest_entry(o)); }
+SnapshotOwner owner_of(const Json& id) { return detail::owner_from_manifest_entry(id.dump()); }
 
 // Another program's snapshot would load (same model) and resume the wrong run: refused, naming both.
 void check_writer(const std::string& path, const Manifest& m, const SnapshotOwner& owner) {
-  const Json mine = identity_of(owner);
   const auto theirs = m.json.find("program");
-  if (theirs != m.json.end() && *theirs == mine) return;
+  if (theirs != m.json.end() && theirs->is_object() && owner_of(*theirs) == owner) return;
   throw Error("sharded snapshot '" + path + "' was written by " +
-                  (theirs == m.json.end() ? std::string("a program that recorded no name (a test or a benchmark)")
-                                          : writer_of(*theirs)) +
-                  ", not by this run, " + writer_of(mine) + "; it was left untouched",
+                  (theirs == m.json.end() || !theirs->is_object()
+                       ? std::string("a program that recorded no name (a test or a benchmark)")
+                       : owner_of(*theirs).label()) +
+                  ", not by this run, " + owner.label() + "; it was left untouched",
               "give this run its own file with " + setting_value(Setting::kSnapshotPath, "PATH") +
                   ", or start it over with " + setting_name(Setting::kFreshStart) +
                   " (its first save then replaces the file)");
@@ -556,7 +548,7 @@ std::string sharded_snapshot_writer(const std::string& path) {
     const auto m = read_manifest(path);
     if (!m) return "";
     const auto program = m->json.find("program");
-    return program == m->json.end() ? "" : writer_of(*program);
+    return program == m->json.end() ? "" : owner_of(*program).label();
   } catch (const std::exception&) {
     return "";
   }

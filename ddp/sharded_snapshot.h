@@ -42,7 +42,7 @@ void save_sharded_snapshot(const std::string& path, ShardedAdamW& optimizer, con
 std::optional<TrainingState> load_sharded_snapshot(const std::string& path, ShardedAdamW& optimizer,
                                                    const std::optional<SnapshotOwner>& owner = {});
 
-// "train_zero (solution) training synthetic": who wrote the sharded snapshot whose manifest is
+// "trainer (v2) training synthetic": who wrote the sharded snapshot whose manifest is
 // `path`; "" when it is not a readable manifest or records no writer.
 std::string sharded_snapshot_writer(const std::string& path);
 

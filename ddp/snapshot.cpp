@@ -2,13 +2,13 @@
 
 #include <cstdio>
 #include <fstream>
+#include <nlohmann/json.hpp>  // defines: a sharded snapshot's manifest, read here only to name its writer
 #include <sstream>
 
 #include "ddp/checked_file.h"
 #include "ddp/config.h"  // defines: DDPW_HAVE_*, DDPW_TORCH_VERSION
 #include "ddp/error.h"
-#include "ddp/setting_names.h"     // defines: setting_name, setting_value
-#include "ddp/sharded_snapshot.h"  // sharded_snapshot_writer: a ZeRO manifest where a plain snapshot is expected
+#include "ddp/setting_names.h"  // defines: setting_name, setting_value
 
 #ifdef DDPW_HAVE_CUDA
 #include <ATen/cuda/CUDAGeneratorImpl.h>
@@ -19,7 +19,9 @@ namespace {
 
 // File layout (checked_file.h): magic, version, payload size, CRC-32 of the payload, payload (a
 // LibTorch archive). LibTorch's own loader checks neither bytes nor shapes: a flipped byte or another
-// model would load. Version 2 added who wrote the file (meta/program, meta/kind, meta/dataset).
+// model would load. Version 2 added who wrote the file: meta/program holds the writer's label,
+// meta/dataset the dataset. meta/kind is written empty: files written before the label held a
+// variant there, which reads back as "program (kind)" (detail::legacy_writer), so they still load.
 constexpr std::string_view kMagic = "DDPWSNAP";
 constexpr uint32_t kVersion = 2;
 
@@ -52,8 +54,8 @@ std::string read_string(torch::serialize::InputArchive& archive, const std::stri
 
 SnapshotOwner read_owner(torch::serialize::InputArchive& archive, const std::string& path) {
   SnapshotOwner owner;
-  owner.program = read_string(archive, "meta/program", path);
-  owner.kind = read_string(archive, "meta/kind", path);
+  owner.writer =
+      detail::legacy_writer(read_string(archive, "meta/program", path), read_string(archive, "meta/kind", path));
   owner.dataset = read_string(archive, "meta/dataset", path);
   return owner;
 }
@@ -61,8 +63,7 @@ SnapshotOwner read_owner(torch::serialize::InputArchive& archive, const std::str
 // Another program's snapshot would load (same model, same shapes) and resume the wrong run: an
 // unfinished run would "finish" another one's training and print its checksum.
 void check_owner(torch::serialize::InputArchive& archive, const std::string& path, const SnapshotOwner& mine) {
-  SnapshotOwner theirs = read_owner(archive, path);
-  theirs.step = mine.step;  // the plain format does not record it (the program's name implies it)
+  const SnapshotOwner theirs = read_owner(archive, path);
   if (theirs == mine) return;
   throw Error("snapshot '" + path + "' was written by " + theirs.label() + ", not by this run, " + mine.label() +
                   "; it was left untouched",
@@ -92,6 +93,21 @@ void read_model(torch::serialize::InputArchive& archive, torch::nn::Module& mode
   for (auto& [dest, value] : loaded) dest.copy_(value);
 }
 
+// "... training ...": who wrote the sharded snapshot whose manifest (JSON) is at `path`; "" when it
+// is no manifest or records no owner. (Read here, not through sharded_snapshot.h, which includes
+// this header: a ZeRO manifest where a plain snapshot is expected is named by its writer.)
+std::string manifest_writer(const std::string& path) {
+  try {
+    std::ifstream file(path);
+    const auto manifest = nlohmann::json::parse(file);
+    if (!manifest.is_object() || manifest.value("format", std::string()) != "ddp-workshop sharded snapshot") return "";
+    const auto entry = manifest.find("program");
+    return entry == manifest.end() ? "" : detail::owner_from_manifest_entry(entry->dump()).label();
+  } catch (const std::exception&) {
+    return "";
+  }
+}
+
 // Opens, checks and unpacks the file into an archive; nullopt if it does not exist.
 std::optional<torch::serialize::InputArchive> open_archive(const std::string& path, const torch::Device& device) {
   std::optional<CheckedPayload> payload;
@@ -103,7 +119,7 @@ std::optional<torch::serialize::InputArchive> open_archive(const std::string& pa
     std::ifstream file(path, std::ios::binary);
     char first = 0;
     file >> first;  // skips leading white space
-    const std::string sharded = first == '{' ? sharded_snapshot_writer(path) : "";
+    const std::string sharded = first == '{' ? manifest_writer(path) : "";
     if (!sharded.empty())
       throw snapshot_error(path, "is a sharded snapshot (ZeRO: a manifest and a shard per rank) written by " + sharded +
                                      ", not a plain one");
@@ -127,12 +143,24 @@ torch::Device device_of(torch::nn::Module& model) {
 
 }  // namespace
 
-std::string SnapshotOwner::label() const {
-  const std::string who = program.empty()                     ? "this program"
-                          : kind.empty() || kind == "program" ? program
-                                                              : program + " (" + kind + ")";
-  return who + " training " + dataset;
+std::string detail::legacy_writer(const std::string& name, const std::string& variant) {
+  return variant.empty() || variant == "program" ? name : name + " (" + variant + ")";
 }
+
+std::string detail::owner_to_manifest_entry(const SnapshotOwner& owner) {
+  return nlohmann::ordered_json{{"writer", owner.writer}, {"dataset", owner.dataset}}.dump();
+}
+
+SnapshotOwner detail::owner_from_manifest_entry(const std::string& json) {
+  const auto id = nlohmann::json::parse(json);
+  SnapshotOwner o;
+  o.writer = id.contains("writer") ? id.value("writer", std::string())
+                                   : legacy_writer(id.value("name", std::string()), id.value("kind", std::string()));
+  o.dataset = id.value("dataset", std::string("?"));
+  return o;
+}
+
+std::string SnapshotOwner::label() const { return (writer.empty() ? "this program" : writer) + " training " + dataset; }
 
 void save_snapshot(const std::string& path, torch::nn::Module& model, torch::optim::Optimizer& optimizer,
                    const TrainingState& state, const std::optional<SnapshotOwner>& owner, uint64_t seed) {
@@ -143,8 +171,8 @@ void save_snapshot(const std::string& path, torch::nn::Module& model, torch::opt
   archive.write("meta/seed", torch::tensor(static_cast<int64_t>(seed)));
   archive.write("meta/world_size", torch::tensor(state.world_size));
   const SnapshotOwner who = owner.value_or(SnapshotOwner{});
-  archive.write("meta/program", c10::IValue(who.program));
-  archive.write("meta/kind", c10::IValue(who.kind));
+  archive.write("meta/program", c10::IValue(who.writer));
+  archive.write("meta/kind", c10::IValue(std::string()));
   archive.write("meta/dataset", c10::IValue(who.dataset));
   torch::serialize::OutputArchive optimizer_archive;
   optimizer.save(optimizer_archive);
@@ -165,7 +193,7 @@ std::string snapshot_writer(const std::string& path) {
     auto archive = open_archive(path, torch::kCPU);
     if (!archive) return "";
     const SnapshotOwner owner = read_owner(*archive, path);
-    return owner.program.empty() ? "" : owner.label();
+    return owner.writer.empty() ? "" : owner.label();
   } catch (const Error&) {
     return "";
   }

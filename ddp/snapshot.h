@@ -1,7 +1,7 @@
 // defines: save_snapshot / load_snapshot — everything a run needs to continue exactly (model,
 //          optimizer, epoch and step, sampler seed, RNG state), written atomically (temp file,
 //          fsync, rename) with a checksum, the model's parameter shapes and who wrote it
-//          (SnapshotOwner: program, its variant, dataset), so that a truncated, corrupted or
+//          (SnapshotOwner: the writer's label, the dataset), so that a truncated, corrupted or
 //          foreign file — another model's, another program's — is refused with a message instead
 //          of loading silently; TrainingState, SnapshotOwner.
 #pragma once
@@ -21,14 +21,12 @@ struct TrainingState {
 };
 
 // Who wrote a snapshot. Recorded in it; a load that expects another owner refuses the file, naming
-// both ("train (solution) training synthetic"), since another program's snapshot of the
-// same model would load and resume the wrong run.
+// both ("trainer (v2) training synthetic"), since another program's snapshot of the same model
+// would load and resume the wrong run.
 struct SnapshotOwner {
-  std::string program;  // e.g. the executable's name ("": none recorded)
-  std::string kind;     // its variant, shown in parentheses ("solution"); "" or "program": none
-  int step = -1;        // its place in a series of programs, or -1 (the sharded manifest records it)
+  std::string writer;   // an opaque label the caller chooses, e.g. the executable's name ("": none)
   std::string dataset;  // what it trains on: models of equal shapes trained on different data differ
-  // "name (kind) training dataset", the form the messages use; "this program" for no name.
+  // "writer training dataset", the form the messages use; "this program" for no writer.
   std::string label() const;
   bool operator==(const SnapshotOwner&) const = default;
 };
@@ -47,7 +45,7 @@ std::optional<TrainingState> load_snapshot(const std::string& path, torch::nn::M
                                            torch::optim::Optimizer& optimizer, int64_t world_size,
                                            const std::optional<SnapshotOwner>& owner = {});
 
-// "train (solution) training synthetic": who wrote the plain snapshot at `path` (its
+// "trainer (v2) training synthetic": who wrote the plain snapshot at `path` (its
 // owner's label); "" when it is not a readable plain snapshot (e.g. a sharded snapshot's manifest
 // there instead) or records no owner.
 std::string snapshot_writer(const std::string& path);
@@ -55,5 +53,15 @@ std::string snapshot_writer(const std::string& path);
 // Loads only the model's weights (e.g. into a plain, unwrapped model for evaluation), whichever
 // program wrote them.
 void load_model_weights(const std::string& path, torch::nn::Module& model);
+
+namespace detail {
+// The writer recorded by a file written before SnapshotOwner::writer, which held a name and its
+// variant apart: "name (variant)", or "name" for no variant or "program".
+std::string legacy_writer(const std::string& name, const std::string& variant);
+// A sharded snapshot's owner as its manifest records it: the "program" entry, as JSON text
+// ({"writer", "dataset"}; before the writer's label {"name", "kind", "step", "dataset"}), and back.
+std::string owner_to_manifest_entry(const SnapshotOwner& owner);
+SnapshotOwner owner_from_manifest_entry(const std::string& json);
+}  // namespace detail
 
 }  // namespace ddp

@@ -24,7 +24,7 @@ struct CpuFacts {
 };
 
 // The rule (a pure function, unit-tested with given facts):
-//   --threads N (requested > 0) is used as given;
+//   requested > 0 is used as given;
 //   otherwise the budget is the CPUs in the mask, divided among the node's ranks when they share it
 //   (workers of one task, or no binding at all: the mask is the whole machine), and capped by
 //   SLURM_CPUS_PER_TASK (per task: divided among the workers of the task);

@@ -13,6 +13,7 @@
 #include "ddp/error.h"
 #include "ddp/files.h"
 #include "ddp/setting_names.h"  // defines: setting_name, setting_value
+#include "ddp/sharded_snapshot.h"
 #include "ddp/snapshot.h"
 
 namespace {
@@ -99,6 +100,30 @@ TEST_F(SnapshotIdentity, FreshIgnoresTheFile) {
   auto reader = run_of("step2_env_launch", "exercise");
   reader.fresh = true;
   EXPECT_FALSE(ddpw::load_snapshot(reader, model, optimizer, 2).has_value());
+}
+
+// Files written before the writer's label (a name and a variant apart: meta/program, meta/kind; the
+// manifest's name, kind, step), by the step 2 and step 4 solutions of commit 0375d5a
+// (tests/data/README.md): their writer still reads as "name (variant)", so the program resumes.
+TEST_F(SnapshotIdentity, FilesWrittenBeforeTheWriterLabelStillLoad) {
+  const std::string data = std::string(DDPW_TEST_DATA_DIR) + "/before_writer_label/";
+  EXPECT_EQ(ddp::snapshot_writer(data + "step2_solution.pt"), "step2_env_launch (solution) training synthetic");
+  EXPECT_EQ(ddp::sharded_snapshot_writer(data + "step4_solution.json"), "step4_sharded (solution) training synthetic");
+  auto solution = run_of("step2_env_launch", "solution");
+  { std::ofstream(solution.snapshot_path, std::ios::binary) << bytes(data + "step2_solution.pt"); }
+  ddpw::LinearRegressor model(20);
+  torch::optim::SGD optimizer(model.parameters(), torch::optim::SGDOptions(0.1));
+  const auto state = ddpw::load_snapshot(solution, model, optimizer, 1);
+  ASSERT_TRUE(state.has_value());
+  EXPECT_EQ(state->epochs_run, 1);
+  try {
+    ddpw::load_snapshot(run_of("step2_env_launch", "exercise"), model, optimizer, 1);
+    ADD_FAILURE() << "the exercise resumed the solution's snapshot";
+  } catch (const ddp::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("written by step2_env_launch (solution) training synthetic, not by this run"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(DefaultSnapshotPath, EveryProgramHasItsOwn) {

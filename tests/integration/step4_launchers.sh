@@ -21,7 +21,7 @@ check_shards() {
 import json, sys
 m = json.load(open(sys.argv[1]))
 assert m["version"] == 2 and m["world_size"] == 2 and m["zero_stage"] == int(sys.argv[2]), m
-assert m["program"] == {"name": "step4_sharded", "kind": "solution", "step": 4, "dataset": "synthetic"}, m["program"]
+assert m["program"] == {"writer": "step4_sharded (solution)", "dataset": "synthetic"}, m["program"]
 assert [s["file"] for s in m["shards"]] == [sys.argv[1] + ".g3.rank%d-of-2" % r for r in (0, 1)], m["shards"]
 PY
 }

@@ -10,6 +10,9 @@
 # defines): a library user has none; a hint names the library's setting (ddp/setting_names.h), which
 # the course registers under its flag. A launcher's or scheduler's flag of the same name
 # (torchrun's --master-port, sbatch's --nodes) may appear in a literal that names that tool.
+# Nor does a comment in ddp/ speak of the course: its programs (hello, step2_env_launch, "step 4"),
+# its learners, exercises, solutions and lessons, "the tutorial", its datasets (MNIST) or its flags
+# (a launcher's flag of the same name may appear in a comment that names that launcher).
 # The checks first prove that they catch a planted violation of each kind.
 set -euo pipefail
 root=${DDPW_ROOT:-$(cd "$(dirname "$0")/../.." && pwd)}
@@ -44,6 +47,31 @@ flag_literals() {
     close ARGV if eof;' "$@"
 }
 
+# course_comments FILE...: "file:line: ..." for each comment that names the course's words or flags.
+course_comments() {
+  [ $# -gt 0 ] || return 0
+  FLAGS="$course_flags" perl -ne '
+    BEGIN {
+      @flags = split /\n/, $ENV{FLAGS};
+      %shared = map { $_ => 1 } qw(--master-port --master-addr --nodes --gpus);
+    }
+    my $comment = "";
+    while (/"(?:[^"\\]|\\.)*"|\x27(?:[^\x27\\]|\\.)*\x27|\/\*(.*?)\*\/|\/\/(.*)/g) {
+      $comment .= " $1" if defined $1;
+      if (defined $2) { $comment .= " $2"; last }
+    }
+    next if $comment eq "";
+    if ($comment =~ /\b(tutorial|(?:fashion-)?mnist|hello|learners?|exercises?|solutions?|lessons?|course|step ?\d+[a-z]?|step\d+[a-z]?_\w*)\b/i) {
+      print "$ARGV:$.: a comment names the course ($1):$comment\n";
+    }
+    for my $flag (@flags) {
+      next unless $comment =~ /(?<![\w-])\Q$flag\E(?![\w-])/;
+      next if $shared{$flag} && $comment =~ /torchrun|srun|sbatch|SBATCH|salloc|mpirun|SLURM_/;
+      print "$ARGV:$.: a comment names the course flag $flag:$comment\n";
+    }
+    close ARGV if eof;' "$@"
+}
+
 # violations DIR: one line per offending line of DIR's files, "file:line: what"; none: no output.
 violations() {
   local dir=$1
@@ -57,6 +85,7 @@ violations() {
   local sources=()
   mapfile -t sources < <(find "$dir" \( -name '*.h' -o -name '*.cpp' -o -name '*.in' \) -type f | sort)
   flag_literals "${sources[@]}"
+  course_comments "${sources[@]}"
 }
 
 # unconfigured DIR...: files that use a switch of ddp/config.h without including it.
@@ -73,7 +102,10 @@ planted=('planted.h:#include "course/options.h"' 'planted.h:ddpw::Options o;' 'p
          'planted.cpp:  hint = "see clusters/<site>/README.md";' 'CMakeLists.txt:target_link_libraries(ddp PRIVATE ddpw_cli)'
          'planted.cpp:  hint = "use --backend gloo for CPU training";'
          'planted.cpp:  throw Error("x", "or pass --master-port N; " + why);'
-         'planted.cpp:  f(/*on=*/true, "start again with --fresh");  // the course'\''s flag')
+         'planted.cpp:  f(/*on=*/true, "start again with --fresh");  // the course'\''s flag'
+         'planted.h:// 2048 samples (the tutorial'\''s size)' 'planted.h:// the optimizer of the MNIST seed'
+         'planted.h:/* hello prints it */ int x;' 'planted.h:// as step2_env_launch does' 'planted.cpp:  int s = 0;  // step 4 shards it'
+         'planted.h:// the learner sees it' 'planted.h:// the solution resumes' 'planted.cpp:// waits twice --rendezvous-timeout')
 for plant in "${planted[@]}"; do
   rm -f "$probe"/*
   printf '%s\n' "${plant#*:}" > "$probe/${plant%%:*}"
@@ -86,8 +118,10 @@ done
 allowed=('hint = "(torchrun: --master-port N) or pass " + setting_value(Setting::kMasterPort, "N");'
          'hint = "request tasks explicitly: #SBATCH --ntasks-per-node=N (and --nodes=M)";'
          'hint = "request GPUs from the scheduler (--gres=gpu:N / --gpus-per-node=N)";'
-         'hint = "use " + setting_value(Setting::kBackend, "gloo");  // the course: --backend gloo'
-         'char q = '\''"'\''; std::string s = "--devices-per-rank";  /* "--device cpu" */')
+         'hint = "use " + setting_value(Setting::kBackend, "gloo");  // e.g. --my-backend gloo'
+         'char q = '\''"'\''; std::string s = "--devices-per-rank";  /* "--my-device cpu" */'
+         'int step = 0;  // the optimizer'\''s steps, 2048 samples; torchrun --master-port N'
+         'std::string s = "// not a comment: hello, the tutorial";')
 for line in "${allowed[@]}"; do
   rm -f "$probe"/*
   printf '%s\n' "$line" > "$probe/allowed.cpp"
@@ -109,7 +143,8 @@ if [ -n "$found" ]; then
   echo "$found"
   echo "FAIL: the library (ddp/) refers to the course above. Fix: move that code to course/ (namespace ddpw), or" \
        "give the library a plain setting the course fills in (ARCHITECTURE.md, \"Two layers\"); a hint names a" \
-       "setting with setting_name/setting_value (ddp/setting_names.h), which the course registers under its flag."
+       "setting with setting_name/setting_value (ddp/setting_names.h), which the course registers under its flag; a comment"\
+       "says it in the library's own words (a parameter, PyTorch's name for the thing)."
   exit 1
 fi
 dirs=()
@@ -122,5 +157,5 @@ if [ -n "$found" ]; then
   exit 1
 fi
 echo "ok: nothing in ddp/ includes course/ or names the course's command line (flags included), namespace or" \
-     "exercises;" \
+     "exercises; no comment there speaks of the course;" \
      "every file that tests a DDPW_* switch includes ddp/config.h"
