@@ -5,8 +5,6 @@
 
 #include "ddp/error.h"
 #include "ddp/optimizer_helpers.h"
-#include "ddp/process_group.h"
-#include "ddp/sharded_adamw.h"
 
 namespace ddp {
 
@@ -95,43 +93,51 @@ torch::Tensor GradScaler::unscale_gradients(const std::vector<torch::Tensor>& gr
   return found_inf;
 }
 
-void GradScaler::unscale_(torch::optim::Optimizer& optimizer) {
+GradScaler::Target GradScaler::target_of(torch::optim::Optimizer& optimizer) {
+  Target t;
+  t.key = &optimizer;
+  t.gradients = [&optimizer] {
+    std::vector<torch::Tensor> grads;
+    for (const auto& group : optimizer.param_groups())
+      for (const auto& p : group.params()) {
+        if (!p.grad().defined()) continue;
+        DDP_CHECK(p.grad().scalar_type() != torch::kHalf, "GradScaler: attempting to unscale float16 gradients",
+                  "keep the parameters in float32 and run the forward under ddp::Autocast (mixed precision)");
+        DDP_CHECK(!p.grad().is_sparse(), "GradScaler unscales dense gradients only", "use dense gradients");
+        grads.push_back(p.grad());
+      }
+    return grads;
+  };
+  t.amp = dynamic_cast<SupportsAmpScaling*>(&optimizer);
+  t.plain_step = [&optimizer] { optimizer.step(); };
+  return t;
+}
+
+GradScaler::Target GradScaler::target_of(ShardedAmpScaling& optimizer) {
+  Target t;
+  t.key = &optimizer;
+  t.gradients = [&optimizer] { return optimizer.gradient_slices(); };
+  t.amp = &optimizer;
+  t.sharded = &optimizer;
+  t.plain_step = [&optimizer] { optimizer.step(); };
+  return t;
+}
+
+void GradScaler::unscale_(torch::optim::Optimizer& optimizer) { unscale_target(target_of(optimizer)); }
+void GradScaler::unscale_(ShardedAmpScaling& optimizer) { unscale_target(target_of(optimizer)); }
+void GradScaler::step(torch::optim::Optimizer& optimizer) { step_target(target_of(optimizer)); }
+void GradScaler::step(ShardedAmpScaling& optimizer) { step_target(target_of(optimizer)); }
+
+void GradScaler::unscale_target(const Target& target) {
   if (!options_.enabled) return;
-  auto& s = state_of(&optimizer);
+  auto& s = state_of(target.key);
   check_can_unscale(s);
-  std::vector<torch::Tensor> grads;
-  for (const auto& group : optimizer.param_groups())
-    for (const auto& p : group.params()) {
-      if (!p.grad().defined()) continue;
-      DDP_CHECK(p.grad().scalar_type() != torch::kHalf, "GradScaler: attempting to unscale float16 gradients",
-                "keep the parameters in float32 and run the forward under ddp::Autocast (mixed precision)");
-      DDP_CHECK(!p.grad().is_sparse(), "GradScaler unscales dense gradients only", "use dense gradients");
-      grads.push_back(p.grad());
-    }
+  const auto grads = target.gradients();
   // No gradient at all: nothing can be inf (PyTorch records an empty map and then refuses to step).
   s.found_inf = grads.empty() ? torch::zeros({}, scale_.options()) : unscale_gradients(grads);
   s.stage = Stage::kUnscaled;
-}
-
-void GradScaler::unscale_(ShardedAdamW& optimizer) {
-  if (!options_.enabled) return;
-  auto& s = state_of(&optimizer);
-  check_can_unscale(s);
-  ZeroReducer& reducer = optimizer.reducer();
-  DDP_CHECK(reducer.has_gradients(), "GradScaler::unscale_() without a synchronized backward pass since zero_grad()",
-            "call backward() on the scaled loss outside no_sync() first");
-  s.found_inf = unscale_gradients(reducer.gradient_shards());
-  s.stage = Stage::kUnscaled;
-  ProcessGroup& pg = reducer.process_group();
-  if (pg.size() == 1) return;
   // Each rank saw only its slice: inf/NaN on any rank skips the step on all (max over the ranks).
-  std::vector<torch::Tensor> tensors{s.found_inf};
-  c10d::AllreduceOptions max;
-  max.reduceOp = c10d::ReduceOp::MAX;
-  auto work = pg.backend().allreduce(tensors, max);
-  s.wait_for_ranks = [&pg, work] {
-    pg.wait(work, "allreduce of GradScaler's found_inf (inf/NaN in any rank's gradient slice)");
-  };
+  if (target.sharded) s.wait_for_ranks = target.sharded->combine_found_inf(s.found_inf);
 }
 
 void GradScaler::finish_ranks(PerOptimizer& s) {
@@ -141,35 +147,21 @@ void GradScaler::finish_ranks(PerOptimizer& s) {
   wait();
 }
 
-void GradScaler::step(torch::optim::Optimizer& optimizer) {
+void GradScaler::step_target(const Target& target) {
   // Disabled: the optimizer's own step (an attached scaler that is disabled does not come back here).
   if (!options_.enabled) {
-    optimizer.step();
+    target.plain_step();
     return;
   }
-  auto* amp = dynamic_cast<SupportsAmpScaling*>(&optimizer);
-  auto& s = state_of(&optimizer);
+  auto& s = state_of(target.key);
   DDP_CHECK(s.stage != Stage::kStepped, "GradScaler::step() has already been called since the last update()",
             "call update() at the end of every step");
-  if (s.stage == Stage::kReady) unscale_(optimizer);
-  if (amp)
-    amp->step_unless_found_inf(s.found_inf);
-  else if (s.found_inf.item<float>() == 0)  // PyTorch's _maybe_opt_step: a host read
-    optimizer.step();
-  s.stage = Stage::kStepped;
-}
-
-void GradScaler::step(ShardedAdamW& optimizer) {
-  if (!options_.enabled) {
-    optimizer.step();
-    return;
-  }
-  auto& s = state_of(&optimizer);
-  DDP_CHECK(s.stage != Stage::kStepped, "GradScaler::step() has already been called since the last update()",
-            "call update() at the end of every step");
-  if (s.stage == Stage::kReady) unscale_(optimizer);
+  if (s.stage == Stage::kReady) unscale_target(target);
   finish_ranks(s);
-  optimizer.step_unless_found_inf(s.found_inf);
+  if (target.amp)
+    target.amp->step_unless_found_inf(s.found_inf);
+  else if (s.found_inf.item<float>() == 0)  // PyTorch's _maybe_opt_step: a host read
+    target.plain_step();
   s.stage = Stage::kStepped;
 }
 

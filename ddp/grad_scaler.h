@@ -27,9 +27,9 @@
 //
 // Across ranks a step with inf/NaN on any rank is skipped on every rank. With DistributedDataParallel
 // that needs nothing: the averaged gradients carry an inf into every rank's gradients. With ZeRO
-// each rank unscales only its own slice of the gradients, so unscale_(ShardedAdamW&) starts an
-// allreduce (MAX) of found_inf that step() waits for as DDP waits for its buckets (on NCCL a
-// stream wait, not a host wait).
+// each rank unscales only its own slice of the gradients, so unscale_ of a sharded optimizer
+// (ShardedAmpScaling: ShardedAdamW) has it start an allreduce (MAX) of found_inf that step() waits
+// for as DDP waits for its buckets (on NCCL a stream wait, not a host wait).
 //
 // Attached (DeepSpeed's way, where the optimizer owns the loss scaler): after
 // optimizer.set_grad_scaler(scaler), optimizer.step() is scaler.step(optimizer) + scaler.update(),
@@ -47,7 +47,6 @@
 namespace ddp {
 
 class GradScaler;
-class ShardedAdamW;
 
 struct GradScalerOptions {
   double init_scale = 65536.0;  // 2^16, as PyTorch
@@ -86,6 +85,22 @@ class SupportsAmpScaling {
   std::shared_ptr<GradScaler> grad_scaler_;
 };
 
+// An optimizer whose gradients are sharded over the ranks (ZeRO's ShardedAdamW): each rank
+// unscales only its slices, and the ranks combine found_inf so that all of them skip the same
+// steps. GradScaler's unscale_ and step take it as they take a torch::optim::Optimizer.
+class ShardedAmpScaling : public SupportsAmpScaling {
+ public:
+  // The step without a scaler (GradScaler's step when the scaler is disabled).
+  virtual void step() = 0;
+  // This rank's gradient slices, the ones to unscale; a ddp::Error when there are none to unscale
+  // (no synchronized backward pass since zero_grad()).
+  virtual std::vector<torch::Tensor> gradient_slices() = 0;
+  // Starts combining `found_inf` (this rank's, 0-dim float32 on the device) in place over the
+  // ranks (their maximum); returns what waits for that, or an empty function when nothing is in
+  // flight (one rank).
+  virtual std::function<void()> combine_found_inf(torch::Tensor& found_inf) = 0;
+};
+
 class GradScaler {
  public:
   // `device`: where the scale lives (PyTorch's device="cuda"/"cpu"): the device of the gradients.
@@ -111,11 +126,11 @@ class GradScaler {
   // (PyTorch: "Attempting to unscale FP16 gradients"): keep the parameters in float32.
   void unscale_(torch::optim::Optimizer& optimizer);
   // ZeRO: this rank's gradient slices; starts the allreduce (MAX) of found_inf over the ranks.
-  void unscale_(ShardedAdamW& optimizer);
+  void unscale_(ShardedAmpScaling& optimizer);
 
   // unscale_ unless done, then the optimizer's step unless found_inf (see the header comment).
   void step(torch::optim::Optimizer& optimizer);
-  void step(ShardedAdamW& optimizer);
+  void step(ShardedAmpScaling& optimizer);
 
   // The new scale from every optimizer's found_inf since the last update (_amp_update_scale_).
   void update();
@@ -132,6 +147,18 @@ class GradScaler {
     torch::Tensor found_inf;
     std::function<void()> wait_for_ranks;  // ZeRO: the allreduce of found_inf in flight
   };
+  // One optimizer as unscale_ and step see it, whichever kind: both overloads go through it.
+  struct Target {
+    const void* key = nullptr;
+    std::function<std::vector<torch::Tensor>()> gradients;  // the gradients (slices) to unscale
+    SupportsAmpScaling* amp = nullptr;                      // skips on the device; else a host check
+    ShardedAmpScaling* sharded = nullptr;                   // combines found_inf over the ranks
+    std::function<void()> plain_step;
+  };
+  static Target target_of(torch::optim::Optimizer& optimizer);
+  static Target target_of(ShardedAmpScaling& optimizer);
+  void unscale_target(const Target& target);
+  void step_target(const Target& target);
   PerOptimizer& state_of(const void* optimizer);
   void finish_ranks(PerOptimizer& s);
   void check_can_unscale(const PerOptimizer& s) const;

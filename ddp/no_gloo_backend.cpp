@@ -5,8 +5,8 @@
 
 namespace ddp {
 
-c10::intrusive_ptr<CommBackend> make_gloo_backend(const c10::intrusive_ptr<c10d::Store>&, int rank, int, bool,
-                                                  const ProcessGroupOptions&) {
+c10::intrusive_ptr<c10d::Backend> make_gloo_backend(const c10::intrusive_ptr<c10d::Store>&, int rank, int, bool,
+                                                    std::chrono::milliseconds, std::chrono::milliseconds) {
   throw Error("rank " + std::to_string(rank) +
                   " needs the Gloo backend (ranks on the CPU), but this build has none: Gloo's headers were "
                   "not found when it was configured (NCCL only)",

@@ -338,10 +338,8 @@ void ProcessGroup::join_backend() {
   const auto start = Clock::now();
   try {
     if (backend_name_ == "gloo") {
-      ProcessGroupOptions gloo;
-      gloo.rendezvous_timeout = rendezvous_timeout_;
-      gloo.collective_timeout = collective_timeout_;
-      backend_ = make_gloo_backend(backend_store, rank_, size_, loopback_master_, gloo);
+      backend_ =
+          make_gloo_backend(backend_store, rank_, size_, loopback_master_, rendezvous_timeout_, collective_timeout_);
     } else
       backend_ = make_nccl_backend(backend_store, rank_, size_, collective_timeout_);
     if (check_collectives_) join_collective_check();

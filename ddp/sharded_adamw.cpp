@@ -83,6 +83,22 @@ void ShardedAdamW::step_unless_found_inf(const torch::Tensor& found_inf) {
   reducer_->all_gather_parameters();  // every rank, skipped or not: the ranks issue the same collectives
 }
 
+std::vector<torch::Tensor> ShardedAdamW::gradient_slices() {
+  DDP_CHECK(reducer_->has_gradients(), "GradScaler::unscale_() without a synchronized backward pass since zero_grad()",
+            "call backward() on the scaled loss outside no_sync() first");
+  return reducer_->gradient_shards();
+}
+
+std::function<void()> ShardedAdamW::combine_found_inf(torch::Tensor& found_inf) {
+  ProcessGroup& pg = reducer_->process_group();
+  if (pg.size() == 1) return {};
+  std::vector<torch::Tensor> tensors{found_inf};
+  c10d::AllreduceOptions max;
+  max.reduceOp = c10d::ReduceOp::MAX;
+  auto work = pg.backend().allreduce(tensors, max);
+  return [&pg, work] { pg.wait(work, "allreduce of GradScaler's found_inf (inf/NaN in any rank's gradient slice)"); };
+}
+
 int64_t ShardedAdamW::state_bytes() const {
   int64_t bytes = 0;
   for (const auto& t : exp_avg_) bytes += static_cast<int64_t>(t.nbytes());

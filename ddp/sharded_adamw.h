@@ -22,6 +22,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -32,7 +33,7 @@
 
 namespace ddp {
 
-class ShardedAdamW : public SupportsAmpScaling {
+class ShardedAdamW : public ShardedAmpScaling {
  public:
   ShardedAdamW(std::shared_ptr<ZeroReducer> reducer, AdamOptions options);
   template <typename M>
@@ -50,11 +51,15 @@ class ShardedAdamW : public SupportsAmpScaling {
   // One Adam/AdamW step on this rank's slices, then the all-gather of the parameters. Needs a
   // synchronized backward since zero_grad(). A collective: all ranks call it. With a scaler
   // attached: scaler.step(*this) and scaler.update().
-  void step();
+  void step() override;
   // The step GradScaler calls: PyTorch's fused AdamW on this rank's slices, which changes nothing
   // when found_inf is set (every rank has the same found_inf: GradScaler combined it), then the
   // all-gather. Its step count for bias correction is a device tensor (applied_steps).
   void step_unless_found_inf(const torch::Tensor& found_inf) override;
+  // What GradScaler's unscale_ asks (ShardedAmpScaling): this rank's gradient slices, and the
+  // allreduce (MAX) of found_inf over the ranks.
+  std::vector<torch::Tensor> gradient_slices() override;
+  std::function<void()> combine_found_inf(torch::Tensor& found_inf) override;
 
   double lr() const { return options_.lr; }
   void set_lr(double lr) { options_.lr = lr; }  // what a learning-rate schedule calls before step()

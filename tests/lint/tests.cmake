@@ -10,3 +10,7 @@ endforeach()
 # row a source page and the date read, or *unconfirmed* and the command that confirms it.
 add_test(NAME lint.site_sources COMMAND python3 "${CMAKE_CURRENT_LIST_DIR}/site_sources.py" "${PROJECT_SOURCE_DIR}")
 set_tests_properties(lint.site_sources PROPERTIES LABELS unit TIMEOUT 60 ENVIRONMENT "${DDPW_CPU_ONLY_ENV}")
+# No include cycle among the library's modules (a header and its source together), after proving it
+# catches a planted one (include_cycles.py).
+add_test(NAME lint.include_cycles COMMAND python3 "${CMAKE_CURRENT_LIST_DIR}/include_cycles.py" "${PROJECT_SOURCE_DIR}")
+set_tests_properties(lint.include_cycles PROPERTIES LABELS unit TIMEOUT 60)
