@@ -216,4 +216,44 @@ void GradientReducer::point_grads_at_buckets() {
   }
 }
 
+namespace {
+
+class DdpJoinHook : public JoinHook {
+ public:
+  DdpJoinHook(GradientReducer& reducer, ForwardSync* forward, std::shared_ptr<torch::nn::Module> module)
+      : reducer_(reducer), forward_(forward), module_(std::move(module)) {}
+
+  void set_notifications(std::function<void()> notify, std::function<int()> buffer_source) override {
+    reducer_.set_before_sync(std::move(notify));
+    if (forward_) forward_->set_buffer_source(std::move(buffer_source));
+  }
+  void main_hook() override { reducer_.shadow_backward(); }
+  void shadow_buffer_broadcast(int root) override {
+    DDP_CHECK(forward_, "Join: the other ranks broadcast buffers before a forward but this rank's model does not",
+              "wrap the model the same way (DdpOptions::broadcast_buffers) on every rank");
+    forward_->broadcast_buffers_from(root);
+  }
+  // PyTorch's _sync_final_model: every rank takes the last joiner's parameters and buffers (the
+  // ranks that joined early did not step their optimizers for the steps they shadowed).
+  void post_hook(int last_joiner) override {
+    torch::NoGradGuard no_grad;
+    std::vector<torch::Tensor> state = module_->parameters(/*recurse=*/true);
+    for (const auto& b : module_->buffers(/*recurse=*/true)) state.push_back(b);
+    broadcast_tensors(state, last_joiner, reducer_.process_group(),
+                      "Join: broadcast of the final parameters and buffers from rank " + std::to_string(last_joiner));
+  }
+
+ private:
+  GradientReducer& reducer_;
+  ForwardSync* forward_;
+  std::shared_ptr<torch::nn::Module> module_;
+};
+
+}  // namespace
+
+std::unique_ptr<JoinHook> make_ddp_join_hook(GradientReducer& reducer, ForwardSync* forward,
+                                             std::shared_ptr<torch::nn::Module> module) {
+  return std::make_unique<DdpJoinHook>(reducer, forward, std::move(module));
+}
+
 }  // namespace ddp

@@ -39,6 +39,7 @@
 #include "ddp/bucket_schedule.h"  // defines: BucketSchedule, NoSync
 #include "ddp/flat_buckets.h"
 #include "ddp/forward_sync.h"
+#include "ddp/joinable.h"  // defines: Joinable, JoinHook (what ddp::Join uses)
 #include "ddp/process_group.h"
 
 namespace ddp {
@@ -111,10 +112,17 @@ class GradientReducer {
   std::unique_ptr<BucketSchedule> schedule_;
 };
 
+// DDP's join hook (joinable.h): a joined rank matches the others' synced backward passes (every
+// bucket's allreduce, with zeros) and their buffer broadcasts (`forward`, when the forwards
+// broadcast buffers), and at the end takes the last joiner's parameters and buffers of `module`.
+std::unique_ptr<JoinHook> make_ddp_join_hook(GradientReducer& reducer, ForwardSync* forward,
+                                             std::shared_ptr<torch::nn::Module> module);
+
 // DDP for a torch::nn::Module (or a module holder's ptr()): construct it on every rank with the
 // same model, then train the module as usual; loss.backward() averages the gradients over the ranks.
+// Ranks with different numbers of batches: inside a ddp::Join (join.h), through Joinable.
 template <typename M>
-class DistributedDataParallel {
+class DistributedDataParallel : public Joinable {
  public:
   // Collective: every rank calls it with the same model (checked), which then holds rank 0's weights.
   // forward_ before reducer_: its gradient hooks run first (its check comes before any gradient is sent).
@@ -141,10 +149,15 @@ class DistributedDataParallel {
   M* operator->() const { return module_.get(); }               // the plain module: parameters(), train(), ...
   const std::shared_ptr<M>& module() const { return module_; }  // for checkpoints: a plain module
   size_t bucket_count() const { return reducer_->bucket_count(); }
-  GradientReducer& reducer() { return *reducer_; }   // for Join (join.h)
-  ForwardSync& forward_sync() { return *forward_; }  // for Join: it shadows the buffers' broadcast
   // Whether forwards through the wrapper broadcast rank 0's buffers (broadcast_buffers and buffers).
   bool broadcasts_buffers() const { return forward_->broadcasts_buffers(); }
+
+  // Joinable (joinable.h), for ddp::Join.
+  ProcessGroup& join_process_group() override { return reducer_->process_group(); }
+  std::unique_ptr<JoinHook> join_hook() override {
+    return make_ddp_join_hook(*reducer_, broadcasts_buffers() ? forward_.get() : nullptr, module_);
+  }
+  std::string join_name() const override { return "DistributedDataParallel"; }
 
   using NoSync = ddp::NoSync;
   [[nodiscard]] NoSync no_sync() { return NoSync(reducer_->schedule()); }  // gradient accumulation: see NoSync

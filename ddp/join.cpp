@@ -4,7 +4,6 @@
 #include <vector>
 
 #include "ddp/error.h"
-#include "ddp/model_broadcast.h"  // defines: broadcast_tensors
 
 namespace ddp {
 
@@ -36,20 +35,25 @@ void require_even_batches(ProcessGroup& pg, int64_t batches, const std::string& 
                     "finish at different steps");
 }
 
-Join::Join(GradientReducer& reducer, std::shared_ptr<torch::nn::Module> module)
-    : reducer_(&reducer), module_(std::move(module)), pg_(&reducer.process_group()) {
+Join::Join(Joinable& engine) : hook_(engine.join_hook()), pg_(&engine.join_process_group()) {
+  DDP_CHECK(hook_, engine.join_name() + " cannot train on uneven inputs, so it cannot join",
+            "construct ddp::Join(model, this rank's number of batches): it checks that every rank has as many");
   flag_ = torch::zeros({3 + pg_->size()}, torch::TensorOptions().dtype(torch::kInt64).device(pg_->device()));
-  reducer_->set_before_sync([this] { notify(); });
+  hook_->set_notifications([this] { notify(); }, [this] { return agree_on_buffer_source(); });
+}
+
+Join::Join(Joinable& engine, int64_t batches) : pg_(&engine.join_process_group()) {
+  hook_ = engine.join_hook();
+  if (!hook_) {
+    require_even_batches(*pg_, batches, engine.join_name());
+    return;
+  }
+  flag_ = torch::zeros({3 + pg_->size()}, torch::TensorOptions().dtype(torch::kInt64).device(pg_->device()));
+  hook_->set_notifications([this] { notify(); }, [this] { return agree_on_buffer_source(); });
 }
 
 Join::~Join() {
-  if (reducer_) reducer_->set_before_sync(nullptr);
-  if (forward_) forward_->set_buffer_source(nullptr);
-}
-
-void Join::shadow_buffer_broadcast(ForwardSync& forward) {
-  forward_ = &forward;
-  forward_->set_buffer_source([this] { return agree_on_buffer_source(); });
+  if (hook_) hook_->set_notifications(nullptr, nullptr);
 }
 
 // This rank's flag: [has a batch, 1, before a buffer broadcast, then a 1 in its own slot if it has a batch].
@@ -105,9 +109,8 @@ int Join::agree_on_buffer_source() {
 int64_t Join::finish() {
   DDP_CHECK(!finished_, "Join::finish() was called twice", "call it once, after this rank's last batch");
   finished_ = true;
-  if (!reducer_) return 0;  // ZeRO: the counts were checked equal
-  reducer_->set_before_sync(nullptr);
-  if (forward_) forward_->set_buffer_source(nullptr);
+  if (!hook_) return 0;  // an engine that cannot join: the counts were checked equal
+  hook_->set_notifications(nullptr, nullptr);
   int64_t shadowed = 0;
   while (true) {
     const auto sums =
@@ -116,35 +119,29 @@ int64_t Join::finish() {
                           " has none left, after shadowing " + std::to_string(shadowed) + " steps)");
     if (sums[0] == 0) break;
     if (sums[2] > 0) {  // the others broadcast their buffers before a forward: take part
-      DDP_CHECK(forward_, "Join: the other ranks broadcast buffers before a forward but this rank's model does not",
-                "wrap the model the same way (DdpOptions::broadcast_buffers) on every rank");
-      forward_->broadcast_buffers_from(highest_training(sums));
+      hook_->shadow_buffer_broadcast(highest_training(sums));
       continue;
     }
-    reducer_->shadow_backward();
+    hook_->main_hook();
     ++shadowed;
   }
-  sync_final_model(shadowed == 0);
+  hook_->post_hook(last_joiner(shadowed == 0));
   return shadowed;
 }
 
 // PyTorch's _sync_final_model: the authoritative rank is the highest of the last joiners (the
-// ranks that shadowed nothing, i.e. had the most batches); every rank takes its parameters and
-// buffers. One allreduce of a per-rank mark finds it (the group has a sum, not a max).
-void Join::sync_final_model(bool last_joiner) {
-  torch::NoGradGuard no_grad;
+// ranks that shadowed nothing, i.e. had the most batches). One allreduce of a per-rank mark finds
+// it (the group has a sum, not a max).
+int Join::last_joiner(bool me) {
   auto marks = torch::zeros({pg_->size()}, torch::TensorOptions().dtype(torch::kInt64).device(pg_->device()));
-  if (last_joiner) marks[pg_->rank()] = 1;
+  if (me) marks[pg_->rank()] = 1;
   pg_->allreduce_sum(marks, "Join: allreduce of the last ranks to finish");
   const auto host = marks.cpu();
   int root = -1;
   for (int r = 0; r < pg_->size(); ++r)
     if (host[r].item<int64_t>() > 0) root = r;
   DDP_CHECK(root >= 0, "Join: no rank finished last", "this is a bug in ddp::Join; please report it");
-  std::vector<torch::Tensor> state = module_->parameters(/*recurse=*/true);
-  for (const auto& b : module_->buffers(/*recurse=*/true)) state.push_back(b);
-  broadcast_tensors(state, root, *pg_,
-                    "Join: broadcast of the final parameters and buffers from rank " + std::to_string(root));
+  return root;
 }
 
 }  // namespace ddp

@@ -1,9 +1,11 @@
-// defines: Join — PyTorch's torch.distributed.algorithms.Join for DistributedDataParallel: ranks
-//          that get different numbers of batches (uneven inputs) finish together instead of hanging.
-//          require_even_batches — the check for ZeroDataParallel, which cannot join: different
-//          counts fail at once on every rank, naming each rank's count.
+// defines: Join — PyTorch's torch.distributed.algorithms.Join over any Joinable engine (joinable.h;
+//          DistributedDataParallel): ranks that get different numbers of batches (uneven inputs)
+//          finish together instead of hanging. require_even_batches — the check for an engine that
+//          cannot join (ZeroDataParallel): different counts fail at once on every rank, naming each
+//          rank's count.
 //
-// How (PyTorch's Join with DDP's join hook, divide_by_initial_world_size=True):
+// How (PyTorch's Join with DDP's join hook, divide_by_initial_world_size=True; the engine's part is
+// its JoinHook, the protocol below is Join's):
 //   * While a Join lives, every synced backward first sums an "I still have a batch" flag over the
 //     ranks (one small allreduce, before the gradient buckets).
 //   * A rank out of batches calls finish(): it keeps answering the others' collectives ("shadows"
@@ -41,10 +43,8 @@
 #include <string>
 #include <vector>
 
-#include "ddp/distributed_data_parallel.h"
-#include "ddp/error.h"  // defines: DDP_CHECK
+#include "ddp/joinable.h"  // defines: Joinable, JoinHook
 #include "ddp/process_group.h"
-#include "ddp/zero_data_parallel.h"
 
 namespace ddp {
 
@@ -54,47 +54,39 @@ void require_even_batches(ProcessGroup& pg, int64_t batches, const std::string& 
 
 class Join {
  public:
-  template <typename M>
-  explicit Join(DistributedDataParallel<M>& model) : Join(model.reducer(), model.module()) {
-    if (model.broadcasts_buffers()) shadow_buffer_broadcast(model.forward_sync());
-  }
-  // ZeRO cannot join (each rank owns a slice of the optimizer step, which the library cannot run for
-  // a rank that has left the loop): the counts must be equal, checked here, at once.
-  template <typename M>
-  Join(ZeroDataParallel<M>& model, int64_t batches) {
-    require_even_batches(model.reducer()->process_group(), batches,
-                         "ZeroDataParallel (ZeRO stage " + std::to_string(model.stage()) + ")");
-  }
-  ~Join();  // stops the flag; does not communicate (an exception may be unwinding)
+  // `engine` trains on this rank's own number of batches (DistributedDataParallel). An engine that
+  // cannot join (ZeroDataParallel) is an error naming the constructor below.
+  explicit Join(Joinable& engine);
+  // The same, and for an engine that cannot join, the check that every rank has `batches`
+  // batches (require_even_batches), at once; finish() then does nothing.
+  Join(Joinable& engine, int64_t batches);
+  ~Join();  // stops the notifications; does not communicate (an exception may be unwinding)
   Join(const Join&) = delete;
   Join& operator=(const Join&) = delete;
 
   // This rank has no batch left: shadows the others' synced backward passes until every rank has
   // called finish(), then every rank takes the last rank's parameters and buffers. Returns how many
-  // backward passes this rank shadowed. Once only; with ZeRO (even counts) it does nothing.
+  // backward passes this rank shadowed. Once only; for an engine that cannot join (even counts) it
+  // does nothing.
   int64_t finish();
 
  private:
-  Join(GradientReducer& reducer, std::shared_ptr<torch::nn::Module> module);
-  void notify();  // a non-joined rank's flag, at the start of each synced backward
-  void shadow_buffer_broadcast(ForwardSync& forward);
+  void notify();                 // a non-joined rank's flag, at the start of each synced backward
   int agree_on_buffer_source();  // a non-joined rank's flag before a buffer broadcast: the source
   // The flag's allreduce; returns [still training, present, buffer broadcast, rank r training...].
   std::vector<int64_t> exchange_flag(bool training, bool buffers, const std::string& what);
-  void sync_final_model(bool last_joiner);
+  int last_joiner(bool me);
 
-  GradientReducer* reducer_ = nullptr;  // null: ZeRO with even counts
-  std::shared_ptr<torch::nn::Module> module_;
+  std::unique_ptr<JoinHook> hook_;  // null: an engine that cannot join, with even counts
   ProcessGroup* pg_ = nullptr;
-  ForwardSync* forward_ = nullptr;  // set when the forwards broadcast buffers
-  torch::Tensor flag_;              // [has a batch, 1, buffer broadcast, rank r has a batch...], on the group's device
+  torch::Tensor flag_;  // [has a batch, 1, buffer broadcast, rank r has a batch...], on the group's device
   bool finished_ = false;
 };
 
 // Runs body() (this rank's training loop) inside a Join, then finish(). Returns finish()'s count.
-template <typename M, typename Body>
-int64_t join(DistributedDataParallel<M>& model, Body&& body) {
-  Join j(model);
+template <typename Body>
+int64_t join(Joinable& engine, Body&& body) {
+  Join j(engine);
   body();
   return j.finish();
 }

@@ -30,6 +30,7 @@
 
 #include "ddp/bucket_schedule.h"  // defines: BucketSchedule, NoSync
 #include "ddp/flat_buckets.h"
+#include "ddp/joinable.h"  // defines: Joinable (what ddp::Join uses)
 #include "ddp/process_group.h"
 #include "ddp/sharded_collectives.h"
 
@@ -107,8 +108,11 @@ class ZeroReducer {
   std::unique_ptr<BucketSchedule> schedule_;
 };
 
+// Ranks with different numbers of batches: ZeRO cannot join (each rank owns a slice of every
+// optimizer step, which no other rank can run for one that has left the loop). ddp::Join(model,
+// batches) (join.h, through Joinable) checks at once that the counts are equal.
 template <typename M>
-class ZeroDataParallel {
+class ZeroDataParallel : public Joinable {
  public:
   // Collective, as DistributedDataParallel's: the same model on every rank gets rank 0's weights,
   // then lives in the flat buckets.
@@ -130,6 +134,11 @@ class ZeroDataParallel {
   int stage() const { return reducer_->stage(); }
   size_t bucket_count() const { return reducer_->bucket_count(); }
   const std::shared_ptr<ZeroReducer>& reducer() const { return reducer_; }
+
+  // Joinable (joinable.h): no hook (see above).
+  ProcessGroup& join_process_group() override { return reducer_->process_group(); }
+  std::unique_ptr<JoinHook> join_hook() override { return nullptr; }
+  std::string join_name() const override { return "ZeroDataParallel (ZeRO stage " + std::to_string(stage()) + ")"; }
 
   // While a NoSync lives, backward() only accumulates locally (no communication).
   using NoSync = ddp::NoSync;
