@@ -30,16 +30,16 @@
 #include <string>
 #include <vector>
 
-#include "course/run_main.h"                // defines: run_main, exit codes (error.h)
-#include "ddp/config.h"                     // defines: DDPW_HAVE_*, DDPW_TORCH_VERSION
-#include "ddp/device.h"                     // defines: choose_device
-#include "ddp/distributed_data_parallel.h"  // defines: DistributedDataParallel (the baseline)
-#include "ddp/launch_env.h"                 // defines: resolve_launch_env (torchrun, mpirun, srun)
-#include "ddp/process_group.h"              // defines: ProcessGroup (Gloo / NCCL)
-#include "ddp/sharded_adamw.h"              // defines: ShardedAdamW
-#include "ddp/sharded_collectives.h"        // defines: ReduceScatter, all_gather_slices
-#include "ddp/zero_data_parallel.h"         // defines: ZeroDataParallel
-#include "mlp.h"                            // defines: bench::Mlp
+#include "course/run_main.h"                 // defines: run_main, exit codes (error.h)
+#include "ddp/config.h"                      // defines: DDPW_HAVE_*, DDPW_TORCH_VERSION
+#include "ddp/detail/sharded_collectives.h"  // defines: ReduceScatter, all_gather_slices
+#include "ddp/device.h"                      // defines: choose_device
+#include "ddp/distributed_data_parallel.h"   // defines: DistributedDataParallel (the baseline)
+#include "ddp/launch_env.h"                  // defines: resolve_launch_env (torchrun, mpirun, srun)
+#include "ddp/process_group.h"               // defines: ProcessGroup (Gloo / NCCL)
+#include "ddp/sharded_adamw.h"               // defines: ShardedAdamW
+#include "ddp/zero_data_parallel.h"          // defines: ZeroDataParallel
+#include "mlp.h"                             // defines: bench::Mlp
 
 namespace {
 

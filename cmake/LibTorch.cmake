@@ -224,7 +224,7 @@ endif()
 
 # Gloo's headers: c10d's ProcessGroupGloo.hpp includes them, but no LibTorch ships them. Only their
 # declarations are used (the Gloo code itself lives in libtorch_cpu), so the headers of Debian's
-# libgloo-dev serve. Without them the build has no Gloo backend (ddp/no_gloo_backend.cpp): a GPU
+# libgloo-dev serve. Without them the build has no Gloo backend (ddp/detail/no_gloo_backend.cpp): a GPU
 # build still runs every step with NCCL, but CPU ranks (--device cpu, --backend gloo) stop at
 # start-up and say how to get Gloo.
 set(DDPW_GLOO_FIX "apt-get install libgloo-dev (scripts/setup.sh does, as root), or without root configure with "

@@ -3,9 +3,9 @@
 #include <cstdio>
 #include <exception>
 
-#include "course/options.h"  // defines: name_library_settings
-#include "ddp/cuda_check.h"  // defines: UnsupportedCudaError
-#include "ddp/process.h"     // defines: configure_process
+#include "course/options.h"         // defines: name_library_settings
+#include "ddp/detail/cuda_check.h"  // defines: UnsupportedCudaError
+#include "ddp/process.h"            // defines: configure_process
 
 namespace ddpw {
 

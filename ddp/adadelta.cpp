@@ -5,7 +5,7 @@
 
 #include <torch/optim/serialize.h>
 
-#include "ddp/optimizer_helpers.h"
+#include "ddp/detail/optimizer_helpers.h"
 
 namespace ddp {
 

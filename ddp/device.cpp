@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "ddp/cuda_check.h"  // defines: check_cuda_support
+#include "ddp/detail/cuda_check.h"  // defines: check_cuda_support
 #include "ddp/error.h"
 #include "ddp/setting_names.h"  // defines: setting_name, setting_value
 

@@ -2,9 +2,9 @@
 
 #include <algorithm>
 
-#include "ddp/comm_hooks.h"
+#include "ddp/detail/comm_hooks.h"
+#include "ddp/detail/model_broadcast.h"
 #include "ddp/error.h"
-#include "ddp/model_broadcast.h"
 #include "ddp/timeline.h"
 
 namespace ddp {

@@ -36,9 +36,9 @@
 #include <utility>
 #include <vector>
 
-#include "ddp/bucket_schedule.h"  // defines: BucketSchedule, NoSync
-#include "ddp/flat_buckets.h"
-#include "ddp/forward_sync.h"
+#include "ddp/detail/bucket_schedule.h"  // defines: BucketSchedule, NoSync
+#include "ddp/detail/flat_buckets.h"
+#include "ddp/detail/forward_sync.h"
 #include "ddp/joinable.h"  // defines: Joinable, JoinHook (what ddp::Join uses)
 #include "ddp/process_group.h"
 

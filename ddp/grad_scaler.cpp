@@ -3,8 +3,8 @@
 
 #include <algorithm>
 
+#include "ddp/detail/optimizer_helpers.h"
 #include "ddp/error.h"
-#include "ddp/optimizer_helpers.h"
 
 namespace ddp {
 

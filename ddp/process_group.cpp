@@ -18,12 +18,12 @@
 #include <optional>
 #include <thread>
 
-#include "ddp/collective_check.h"
 #include "ddp/config.h"  // defines: DDPW_HAVE_*, DDPW_TORCH_VERSION
+#include "ddp/detail/collective_check.h"
+#include "ddp/detail/gloo_backend.h"
+#include "ddp/detail/gpu_sharing.h"
 #include "ddp/device.h"
 #include "ddp/error.h"
-#include "ddp/gloo_backend.h"
-#include "ddp/gpu_sharing.h"
 #include "ddp/host.h"
 #include "ddp/setting_names.h"  // defines: setting_name, setting_value
 #include "ddp/spawn.h"
@@ -190,7 +190,7 @@ c10::intrusive_ptr<c10d::Store> rendezvous(const LaunchEnv& launch, std::chrono:
 
 // ---- the two backends: each made in one small function ------------------------------------
 
-// Gloo: ddp/gloo_backend.h (optional: a build without its headers has no CPU ranks).
+// Gloo: ddp/detail/gloo_backend.h (optional: a build without its headers has no CPU ranks).
 
 c10::intrusive_ptr<CommBackend> make_nccl_backend([[maybe_unused]] const c10::intrusive_ptr<c10d::Store>& store,
                                                   [[maybe_unused]] int rank, [[maybe_unused]] int size,

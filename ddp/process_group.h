@@ -53,7 +53,7 @@
 #include <string>
 #include <vector>
 
-#include "ddp/collective_trace.h"
+#include "ddp/detail/collective_trace.h"
 #include "ddp/error.h"
 #include "ddp/launch_env.h"
 

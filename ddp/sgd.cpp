@@ -2,8 +2,8 @@
 // operations as in torch::optim::SGD::step (weight decay, momentum buffer, Nesterov, update).
 #include "ddp/sgd.h"
 
+#include "ddp/detail/optimizer_helpers.h"
 #include "ddp/error.h"
-#include "ddp/optimizer_helpers.h"
 
 namespace ddp {
 

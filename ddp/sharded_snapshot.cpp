@@ -9,8 +9,8 @@
 #include <set>
 #include <sstream>
 
-#include "ddp/checked_file.h"
 #include "ddp/config.h"  // defines: DDPW_HAVE_*, DDPW_TORCH_VERSION
+#include "ddp/detail/checked_file.h"
 #include "ddp/error.h"
 #include "ddp/files.h"
 #include "ddp/setting_names.h"  // defines: setting_name, setting_value

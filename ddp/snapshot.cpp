@@ -5,8 +5,8 @@
 #include <nlohmann/json.hpp>  // defines: a sharded snapshot's manifest, read here only to name its writer
 #include <sstream>
 
-#include "ddp/checked_file.h"
 #include "ddp/config.h"  // defines: DDPW_HAVE_*, DDPW_TORCH_VERSION
+#include "ddp/detail/checked_file.h"
 #include "ddp/error.h"
 #include "ddp/setting_names.h"  // defines: setting_name, setting_value
 

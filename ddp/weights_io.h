@@ -8,8 +8,8 @@
 
 #include <string>
 
+#include "ddp/detail/torch_pickle.h"
 #include "ddp/error.h"  // defines: ddp::Error
-#include "ddp/torch_pickle.h"
 
 namespace ddp {
 

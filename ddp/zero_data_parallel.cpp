@@ -1,8 +1,8 @@
 #include "ddp/zero_data_parallel.h"
 
+#include "ddp/detail/model_broadcast.h"
 #include "ddp/error.h"
 #include "ddp/host_memory.h"
-#include "ddp/model_broadcast.h"
 #include "ddp/process.h"
 #include "ddp/setting_names.h"  // defines: setting_name, setting_value
 

@@ -28,11 +28,11 @@
 #include <string>
 #include <vector>
 
-#include "ddp/bucket_schedule.h"  // defines: BucketSchedule, NoSync
-#include "ddp/flat_buckets.h"
+#include "ddp/detail/bucket_schedule.h"  // defines: BucketSchedule, NoSync
+#include "ddp/detail/flat_buckets.h"
+#include "ddp/detail/sharded_collectives.h"
 #include "ddp/joinable.h"  // defines: Joinable (what ddp::Join uses)
 #include "ddp/process_group.h"
-#include "ddp/sharded_collectives.h"
 
 namespace ddp {
 

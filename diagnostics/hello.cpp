@@ -27,10 +27,10 @@
 #include "course/options.h"                 // defines: parse_options
 #include "course/run_main.h"                // defines: run_main, ddp::Error (error.h)
 #include "ddp/config.h"                     // defines: DDPW_HAVE_*, DDPW_TORCH_VERSION
-#include "ddp/cuda_check.h"                 // defines: check_cuda_support (LibTorch's archs, the driver)
+#include "ddp/detail/cuda_check.h"          // defines: check_cuda_support (LibTorch's archs, the driver)
+#include "ddp/detail/gpu_sharing.h"         // defines: judge_gpu_sharing, ranks_text
 #include "ddp/device.h"                     // defines: choose_device, device_name, gpu_bus_id
 #include "ddp/distributed_data_parallel.h"  // defines: DistributedDataParallel (the DDP check)
-#include "ddp/gpu_sharing.h"                // defines: judge_gpu_sharing, ranks_text
 #include "ddp/host.h"                       // defines: host_name
 #include "ddp/launch_env.h"                 // defines: resolve_launch_env
 #include "ddp/process_group.h"              // defines: ProcessGroup, resolve_backend

@@ -1,4 +1,4 @@
-// rank_guard_mismatch — the mistake the collective check (ddp/collective_check.h) is for, in a
+// rank_guard_mismatch — the mistake the collective check (ddp/detail/collective_check.h) is for, in a
 // program of its own under a real launcher: rank 0 alone broadcasts (a save left inside
 // `if (rank == 0)`), while the other ranks go on to the next allreduce. faults.collective_mismatch
 // runs it with and without TORCH_DISTRIBUTED_DEBUG=DETAIL.

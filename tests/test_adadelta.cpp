@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "ddp/adadelta.h"
-#include "ddp/optimizer_helpers.h"
+#include "ddp/detail/optimizer_helpers.h"
 
 namespace {
 

@@ -17,8 +17,8 @@
 #include <utility>
 #include <vector>
 
-#include "ddp/bucket_schedule.h"  // defines: BucketSchedule, NoSync
-#include "ddp/error.h"            // defines: Error
+#include "ddp/detail/bucket_schedule.h"  // defines: BucketSchedule, NoSync
+#include "ddp/error.h"                   // defines: Error
 
 namespace {
 

@@ -18,8 +18,8 @@
 #include <string>
 #include <vector>
 
-#include "ddp/collective_check.h"
-#include "ddp/collective_trace.h"
+#include "ddp/detail/collective_check.h"
+#include "ddp/detail/collective_trace.h"
 #include "ddp/error.h"
 #include "ddp/host.h"
 #include "ddp/process_group.h"

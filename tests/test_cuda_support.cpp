@@ -2,7 +2,7 @@
 // verdict (ok, no kernels, driver too old) and the torch 2.11 build each failure names.
 #include <gtest/gtest.h>
 
-#include "ddp/cuda_support.h"
+#include "ddp/detail/cuda_support.h"
 #include "ddp/setting_names.h"  // defines: setting_name, setting_value
 
 namespace {

@@ -2,7 +2,7 @@
 // decided by the physical GPU, not by the "cuda:N" each rank sees.
 #include <gtest/gtest.h>
 
-#include "ddp/gpu_sharing.h"
+#include "ddp/detail/gpu_sharing.h"
 #include "ddp/setting_names.h"  // defines: setting_name, setting_value
 
 namespace {

@@ -1,4 +1,4 @@
-// The weights bridge to Python (ddp/weights_io.h, ddp/torch_pickle.h): export and import round
+// The weights bridge to Python (ddp/weights_io.h, ddp/detail/torch_pickle.h): export and import round
 // trip; files that Python's torch.save really wrote (tests/data) load, OrderedDict and all; every
 // bad file is refused with a message that names the problem, and leaves the model as it was.
 // (tests/integration/python_bridge_*.sh run the real Python on both sides.)
@@ -14,9 +14,9 @@
 #include <sstream>
 
 #include "course/models.h"
+#include "ddp/detail/torch_pickle.h"
 #include "ddp/error.h"
 #include "ddp/files.h"
-#include "ddp/torch_pickle.h"
 #include "ddp/weights_io.h"
 
 // The tests too: a TEST_F outside would derive from a class of this file only (-Wsubobject-linkage).

@@ -5,8 +5,10 @@
 #   build.package_consumer (no argument): builds train_single (plain LibTorch) and train_ddp (the
 #     same loop made distributed); train_single trains, and train_ddp runs under torchrun with 2
 #     ranks on the CPU (Gloo): both ranks end with the same weights, near train_single's.
-#   build.installed_headers_alone (--headers): each installed header compiles alone (-fsyntax-only),
-#     as tests/build/headers_alone/ checks it.
+#   build.installed_headers_alone (--headers): each installed public header (include/ddp/*.h; not
+#     include/ddp/detail/, the insides they include) compiles alone (-fsyntax-only), as
+#     tests/build/headers_alone/ checks it; and the public headers are the ones docs/library.md
+#     documents, while it documents no detail/ header as API.
 set -euo pipefail
 root=${DDPW_ROOT:?DDPW_ROOT must point at the project}
 build=${DDPW_BUILD_DIR:?DDPW_BUILD_DIR must be the build folder}
@@ -41,11 +43,26 @@ cmake -S "$project" -B consumer "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
   show_fail configure.log "the consumer's configure (find_package(ddpw))"
 
 if [ "$mode" = --headers ]; then
+  undocumented=() documented_detail=()
+  for header in prefix/include/ddp/*.h; do
+    name=ddp/$(basename "$header")
+    grep -qF "\`$name\`" "$root/docs/library.md" || undocumented+=("$name")
+  done
+  for header in prefix/include/ddp/detail/*.h; do
+    name=ddp/detail/$(basename "$header")
+    ! grep -qF "**\`$name\`**" "$root/docs/library.md" || documented_detail+=("$name")
+  done
+  [ ${#undocumented[@]} -eq 0 ] || fail "installed public headers that docs/library.md does not list: ${undocumented[*]}" \
+    "(document them there, or move them to ddp/detail/ if a user never includes them)"
+  [ ${#documented_detail[@]} -eq 0 ] || fail "docs/library.md lists internal headers as API: ${documented_detail[*]}" \
+    "(a user never includes ddp/detail/: document the public header that uses them)"
+  [ -d prefix/include/ddp/detail ] || fail "include/ddp/detail/ was not installed (the public headers include it)"
   grep -o 'headers alone: .*' configure.log
   cmake --build consumer --parallel "$(nproc)" >build.log 2>&1 ||
     show_fail build.log "an installed header does not compile alone"
-  count=$(find prefix/include/ddp -name '*.h' | wc -l)
-  echo "PASS: each of the $count installed headers compiles alone, $(( $(date +%s) - start )) s"
+  count=$(find prefix/include/ddp -maxdepth 1 -name '*.h' | wc -l)
+  echo "PASS: each of the $count public installed headers compiles alone, and docs/library.md lists them" \
+       "(and no detail/ header), $(( $(date +%s) - start )) s"
   exit 0
 fi
 

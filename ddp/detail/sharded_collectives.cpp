@@ -1,4 +1,4 @@
-#include "ddp/sharded_collectives.h"
+#include "ddp/detail/sharded_collectives.h"
 
 #include "ddp/error.h"
 

@@ -1,6 +1,6 @@
 // make_gloo_backend of a build configured without Gloo's headers (cmake/LibTorch.cmake: DDPW_GLOO).
+#include "ddp/detail/gloo_backend.h"
 #include "ddp/error.h"
-#include "ddp/gloo_backend.h"
 #include "ddp/setting_names.h"  // defines: setting_name, setting_value
 
 namespace ddp {

@@ -1,4 +1,4 @@
-#include "ddp/gloo_backend.h"
+#include "ddp/detail/gloo_backend.h"
 
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 

@@ -8,8 +8,8 @@
 #include <string>
 #include <utility>
 
-#include "ddp/cuda_support.h"  // defines: CudaSupportInput, CudaSupportVerdict, judge_cuda_support
-#include "ddp/error.h"         // defines: ddp::Error
+#include "ddp/detail/cuda_support.h"  // defines: CudaSupportInput, CudaSupportVerdict, judge_cuda_support
+#include "ddp/error.h"                // defines: ddp::Error
 
 namespace ddp {
 

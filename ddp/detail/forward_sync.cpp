@@ -1,4 +1,4 @@
-#include "ddp/forward_sync.h"
+#include "ddp/detail/forward_sync.h"
 
 #include <map>
 #include <string>

@@ -1,4 +1,4 @@
-#include "ddp/flat_buckets.h"
+#include "ddp/detail/flat_buckets.h"
 
 #include <algorithm>
 

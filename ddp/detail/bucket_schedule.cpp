@@ -1,4 +1,4 @@
-#include "ddp/bucket_schedule.h"
+#include "ddp/detail/bucket_schedule.h"
 
 #include <algorithm>
 #include <utility>

@@ -1,4 +1,4 @@
-#include "ddp/cuda_check.h"
+#include "ddp/detail/cuda_check.h"
 
 #include <sys/utsname.h>
 

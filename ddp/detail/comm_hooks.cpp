@@ -1,4 +1,4 @@
-#include "ddp/comm_hooks.h"
+#include "ddp/detail/comm_hooks.h"
 
 #include <vector>
 

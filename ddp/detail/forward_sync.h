@@ -33,7 +33,7 @@
 #include <memory>
 #include <vector>
 
-#include "ddp/gradient_hooks.h"
+#include "ddp/detail/gradient_hooks.h"
 #include "ddp/process_group.h"
 
 namespace ddp {

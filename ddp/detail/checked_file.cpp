@@ -1,4 +1,4 @@
-#include "ddp/checked_file.h"
+#include "ddp/detail/checked_file.h"
 
 #include <array>
 #include <cerrno>

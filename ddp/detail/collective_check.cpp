@@ -1,4 +1,4 @@
-#include "ddp/collective_check.h"
+#include "ddp/detail/collective_check.h"
 
 #include <torch/torch.h>
 

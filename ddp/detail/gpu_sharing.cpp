@@ -1,4 +1,4 @@
-#include "ddp/gpu_sharing.h"
+#include "ddp/detail/gpu_sharing.h"
 
 #include <map>
 #include <utility>

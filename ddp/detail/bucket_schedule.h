@@ -27,7 +27,7 @@
 #include <string>
 #include <vector>
 
-#include "ddp/gradient_hooks.h"  // defines: GradientHooks
+#include "ddp/detail/gradient_hooks.h"  // defines: GradientHooks
 
 namespace ddp {
 

@@ -1,4 +1,4 @@
-#include "ddp/gradient_hooks.h"
+#include "ddp/detail/gradient_hooks.h"
 
 #include <torch/csrc/autograd/engine.h>
 #include <torch/csrc/autograd/function.h>

@@ -1,4 +1,4 @@
-#include "ddp/cuda_support.h"
+#include "ddp/detail/cuda_support.h"
 
 #include <algorithm>
 #include <cctype>

@@ -1,4 +1,4 @@
-#include "ddp/model_broadcast.h"
+#include "ddp/detail/model_broadcast.h"
 
 #include "ddp/error.h"
 

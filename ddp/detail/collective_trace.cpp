@@ -1,4 +1,4 @@
-#include "ddp/collective_trace.h"
+#include "ddp/detail/collective_trace.h"
 
 #include <cstdio>
 #include <exception>
