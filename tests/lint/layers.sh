@@ -32,12 +32,15 @@ flag_literals() {
   FLAGS="$course_flags" perl -ne '
     BEGIN {
       @flags = split /\n/, $ENV{FLAGS};
+      $any = join "|", map { quotemeta } sort { length($b) <=> length($a) } @flags;
+      $any = qr/(?<![\w-])(?:$any)(?![\w-])/;
       %shared = map { $_ => 1 } qw(--master-port --master-addr --nodes --gpus);
     }
     while (/("(?:[^"\\]|\\.)*")|\x27(?:[^\x27\\]|\\.)*\x27|\/\*.*?\*\/|(\/\/.*)/g) {
       last if defined $2;
       next unless defined $1;
       my $literal = $1;
+      next unless $literal =~ $any;  # one pass; then which flags
       for my $flag (@flags) {
         next unless $literal =~ /(?<![\w-])\Q$flag\E(?![\w-])/;
         next if $shared{$flag} && $literal =~ /torchrun|srun|sbatch|SBATCH|salloc|mpirun|SLURM_/;
@@ -53,8 +56,12 @@ course_comments() {
   FLAGS="$course_flags" perl -ne '
     BEGIN {
       @flags = split /\n/, $ENV{FLAGS};
+      $any = join "|", map { quotemeta } sort { length($b) <=> length($a) } @flags;
+      $any = qr/(?<![\w-])(?:$any)(?![\w-])/;
       %shared = map { $_ => 1 } qw(--master-port --master-addr --nodes --gpus);
     }
+    if ($ARGV ne $file) { $file = $ARGV; $line = 0 }  # per file ("next" below skips "close ARGV if eof")
+    ++$line;
     my $comment = "";
     while (/"(?:[^"\\]|\\.)*"|\x27(?:[^\x27\\]|\\.)*\x27|\/\*(.*?)\*\/|\/\/(.*)/g) {
       $comment .= " $1" if defined $1;
@@ -62,14 +69,14 @@ course_comments() {
     }
     next if $comment eq "";
     if ($comment =~ /\b(tutorial|(?:fashion-)?mnist|hello|learners?|exercises?|solutions?|lessons?|course|step ?\d+[a-z]?|step\d+[a-z]?_\w*)\b/i) {
-      print "$ARGV:$.: a comment names the course ($1):$comment\n";
+      print "$ARGV:$line: a comment names the course ($1):$comment\n";
     }
+    next unless $comment =~ $any;  # one pass; then which flags
     for my $flag (@flags) {
       next unless $comment =~ /(?<![\w-])\Q$flag\E(?![\w-])/;
       next if $shared{$flag} && $comment =~ /torchrun|srun|sbatch|SBATCH|salloc|mpirun|SLURM_/;
-      print "$ARGV:$.: a comment names the course flag $flag:$comment\n";
-    }
-    close ARGV if eof;' "$@"
+      print "$ARGV:$line: a comment names the course flag $flag:$comment\n";
+    }' "$@"
 }
 
 # violations DIR: one line per offending line of DIR's files, "file:line: what"; none: no output.
