@@ -6,6 +6,7 @@
 #include <torch/optim/serialize.h>
 
 #include "ddp/detail/optimizer_helpers.h"
+#include "ddp/error.h"
 
 namespace ddp {
 
@@ -40,12 +41,13 @@ void AdadeltaParamState::serialize(torch::serialize::InputArchive& archive) {
 Adadelta::Adadelta(std::vector<torch::Tensor> params, AdadeltaOptions options)
     : Optimizer({torch::optim::OptimizerParamGroup(std::move(params))}, std::make_unique<AdadeltaOptions>(options)) {
   // The same checks (and limits) as torch.optim.Adadelta's constructor.
-  TORCH_CHECK(options.lr() >= 0, "Adadelta: invalid learning rate ", options.lr(), " (must be >= 0)");
-  TORCH_CHECK(options.rho() >= 0 && options.rho() <= 1, "Adadelta: invalid rho ", options.rho(),
-              " (must be in [0, 1])");
-  TORCH_CHECK(options.eps() >= 0, "Adadelta: invalid eps ", options.eps(), " (must be >= 0)");
-  TORCH_CHECK(options.weight_decay() >= 0, "Adadelta: invalid weight_decay ", options.weight_decay(),
-              " (must be >= 0)");
+  DDP_CHECK(options.lr() >= 0, "Adadelta: invalid learning rate " + c10::str(options.lr()),
+            "the learning rate must be >= 0 (torch.optim.Adadelta's default: 1.0)");
+  DDP_CHECK(options.rho() >= 0 && options.rho() <= 1, "Adadelta: invalid rho " + c10::str(options.rho()),
+            "rho must be in [0, 1] (default: 0.9)");
+  DDP_CHECK(options.eps() >= 0, "Adadelta: invalid eps " + c10::str(options.eps()), "eps must be >= 0 (default: 1e-6)");
+  DDP_CHECK(options.weight_decay() >= 0, "Adadelta: invalid weight_decay " + c10::str(options.weight_decay()),
+            "weight_decay must be >= 0 (default: 0)");
 }
 
 Adadelta::Adadelta(std::vector<torch::Tensor> params, double lr, double rho, double eps, double weight_decay)
@@ -71,7 +73,8 @@ AdadeltaParamState& Adadelta::state_for(const torch::Tensor& param) {
 
 torch::Tensor Adadelta::step(LossClosure closure) {
   if (scaler_attached()) {
-    TORCH_CHECK(closure == nullptr, "Adadelta::step(closure) with a GradScaler attached: step without a closure");
+    DDP_CHECK(closure == nullptr, "Adadelta::step(closure) with a GradScaler attached",
+              "call step() without a closure (the scaler needs the gradients of one backward)");
     grad_scaler_->step(*this);  // comes back as step_unless_found_inf
     grad_scaler_->update();
     return {};
@@ -89,7 +92,7 @@ torch::Tensor Adadelta::step(LossClosure closure) {
     std::vector<torch::Tensor> params, grads, square_avgs, acc_deltas;
     for (auto& param : group.params()) {
       if (!param.grad().defined()) continue;
-      TORCH_CHECK(!param.grad().is_sparse(), "Adadelta does not support sparse gradients");
+      DDP_CHECK(!param.grad().is_sparse(), "Adadelta does not support sparse gradients", "use dense gradients");
       auto& state = state_for(param);
       params.push_back(param);
       grads.push_back(param.grad());
@@ -148,7 +151,7 @@ void Adadelta::step_unless_found_inf(const torch::Tensor& found_inf) {
     const double lr = options.lr(), rho = options.rho(), eps = options.eps(), weight_decay = options.weight_decay();
     for (auto& param : group.params()) {
       if (!param.grad().defined()) continue;
-      TORCH_CHECK(!param.grad().is_sparse(), "Adadelta does not support sparse gradients");
+      DDP_CHECK(!param.grad().is_sparse(), "Adadelta does not support sparse gradients", "use dense gradients");
       auto& state = state_for(param);
       // The per-tensor step of step(), out of place.
       auto grad = param.grad();

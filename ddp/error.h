@@ -1,4 +1,6 @@
-// defines: ddp::Error (a message plus a hint a person can act on), DDP_CHECK, the exit codes.
+// defines: ddp::Error (a message plus a hint a person can act on), DDP_CHECK, the exit codes;
+//          ddp::InternalError and DDP_INTERNAL_ASSERT for what cannot happen (a bug in the library,
+//          which no user can fix: it says where, and to report it).
 #pragma once
 
 #include <stdexcept>
@@ -23,7 +25,22 @@ class Error : public std::runtime_error {
   std::string hint_;
 };
 
+// A broken invariant of the library itself (PyTorch's TORCH_INTERNAL_ASSERT): not an Error, whose
+// hint is a fix the user can make. what() says so, with the file and line, and asks for a report.
+class InternalError : public std::logic_error {
+ public:
+  InternalError(const std::string& what, const char* file, int line)
+      : std::logic_error("internal error in the ddp library (" + std::string(file) + ":" + std::to_string(line) +
+                         "): " + what + "; this is a bug in the library, not in your program: please report it with " +
+                         "this message") {}
+};
+
 }  // namespace ddp
+
+#define DDP_INTERNAL_ASSERT(cond, what)                                  \
+  do {                                                                   \
+    if (!(cond)) throw ::ddp::InternalError((what), __FILE__, __LINE__); \
+  } while (0)
 
 #define DDP_CHECK(cond, what, hint)                  \
   do {                                               \

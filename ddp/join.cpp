@@ -96,7 +96,7 @@ static int highest_training(const std::vector<int64_t>& sums) {
   int root = -1;
   for (size_t r = 3; r < sums.size(); ++r)
     if (sums[r] > 0) root = static_cast<int>(r - 3);
-  DDP_CHECK(root >= 0, "Join: no rank still training sent its buffers", "this is a bug in ddp::Join; please report it");
+  DDP_INTERNAL_ASSERT(root >= 0, "Join: no rank still training sent its buffers");
   return root;
 }
 
@@ -140,7 +140,7 @@ int Join::last_joiner(bool me) {
   int root = -1;
   for (int r = 0; r < pg_->size(); ++r)
     if (host[r].item<int64_t>() > 0) root = r;
-  DDP_CHECK(root >= 0, "Join: no rank finished last", "this is a bug in ddp::Join; please report it");
+  DDP_INTERNAL_ASSERT(root >= 0, "Join: no rank finished last");
   return root;
 }
 

@@ -11,8 +11,9 @@ namespace ddp {
 void adam_step(torch::TensorList params, torch::TensorList grads, torch::TensorList exp_avgs,
                torch::TensorList exp_avg_sqs, int64_t step, const AdamOptions& o) {
   DDP_CHECK(params.size() == grads.size() && params.size() == exp_avgs.size() && params.size() == exp_avg_sqs.size(),
-            "adam_step needs as many gradients and moments as parameters", "report this");
-  DDP_CHECK(step >= 1, "adam_step counts steps from 1", "report this");
+            "adam_step needs as many gradients and moments as parameters",
+            "pass one gradient, one exp_avg and one exp_avg_sq per parameter, in the same order");
+  DDP_CHECK(step >= 1, "adam_step counts steps from 1", "pass the number of this step, 1 for the first");
   if (params.empty()) return;
   torch::NoGradGuard no_grad;
   // torch.optim.AdamW (foreach): decay, moments, bias corrections as Python floats, update.
@@ -41,9 +42,11 @@ void adam_step(torch::TensorList params, torch::TensorList grads, torch::TensorL
                torch::TensorList exp_avg_sqs, torch::Tensor& step, const AdamOptions& o,
                const torch::Tensor& found_inf) {
   DDP_CHECK(params.size() == grads.size() && params.size() == exp_avgs.size() && params.size() == exp_avg_sqs.size(),
-            "adam_step needs as many gradients and moments as parameters", "report this");
+            "adam_step needs as many gradients and moments as parameters",
+            "pass one gradient, one exp_avg and one exp_avg_sq per parameter, in the same order");
   DDP_CHECK(step.defined() && step.dim() == 0 && found_inf.defined() && found_inf.dim() == 0,
-            "adam_step with found_inf needs a 0-dim step tensor and a 0-dim found_inf", "report this");
+            "adam_step with found_inf needs a 0-dim step tensor and a 0-dim found_inf",
+            "pass the step count and GradScaler's found_inf as 0-dim tensors");
   if (params.empty()) return;
   torch::NoGradGuard no_grad;
   // As torch.optim.adam._fused_adam: count the step, run the kernel (it returns at once when

@@ -33,7 +33,8 @@ torch::Tensor Sgd::step(LossClosure closure) {
     std::vector<torch::Tensor> params;
     for (const auto& p : group.params())
       if (p.grad().defined()) {
-        TORCH_CHECK(!p.grad().is_sparse(), "Sgd's multi-tensor step does not support sparse gradients");
+        DDP_CHECK(!p.grad().is_sparse(), "Sgd's multi-tensor step does not support sparse gradients",
+                  "use dense gradients");
         params.push_back(p);
       }
     for (const auto& indices : optim_detail::group_by_device_and_dtype(params)) {
@@ -80,7 +81,8 @@ void Sgd::step_unless_found_inf(const torch::Tensor& found_inf) {
     const double momentum = options.momentum(), dampening = options.dampening(), weight_decay = options.weight_decay();
     for (auto& p : group.params()) {
       if (!p.grad().defined()) continue;
-      TORCH_CHECK(!p.grad().is_sparse(), "Sgd's mixed-precision step does not support sparse gradients");
+      DDP_CHECK(!p.grad().is_sparse(), "Sgd's mixed-precision step does not support sparse gradients",
+                "use dense gradients");
       // torch::optim::SGD::step's operations, each into a new tensor, then kept or not.
       auto d_p = p.grad();
       if (weight_decay != 0) d_p = d_p.add(p, weight_decay);

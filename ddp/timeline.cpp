@@ -228,7 +228,8 @@ void write_chrome_trace(const std::string& path, const std::vector<std::string>&
     try {
       events = Json::parse(events_per_rank[r]);
     } catch (const Json::exception& e) {
-      throw Error("the timeline of rank " + std::to_string(r) + " is not JSON: " + e.what(), "report this");
+      throw InternalError("the timeline of rank " + std::to_string(r) + " is not JSON: " + e.what(), __FILE__,
+                          __LINE__);
     }
     for (auto& e : events) trace["traceEvents"].push_back(std::move(e));
   }

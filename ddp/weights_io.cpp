@@ -7,6 +7,7 @@
 #include <map>
 #include <set>
 
+#include "ddp/detail/text.h"  // defines: dtype_name, shortened_list
 #include "ddp/error.h"
 #include "ddp/files.h"
 #include "ddp/setting_names.h"  // defines: setting_name, setting_value
@@ -15,28 +16,12 @@ namespace ddp {
 namespace {
 
 // Python's names for the dtypes a model may hold: the user fixes the file in Python.
-std::string python_dtype(c10::ScalarType t) {
-  switch (t) {
-    case c10::ScalarType::Float: return "float32";
-    case c10::ScalarType::Double: return "float64";
-    case c10::ScalarType::Half: return "float16";
-    case c10::ScalarType::BFloat16: return "bfloat16";
-    case c10::ScalarType::Long: return "int64";
-    case c10::ScalarType::Int: return "int32";
-    default: return c10::toString(t);
-  }
-}
+using detail::dtype_name;
 
 std::string shape(const torch::Tensor& t) { return c10::str(t.sizes()); }
 
 // "a, b, c and 4 more": a model of another kind differs in every tensor.
-std::string listing(const std::vector<std::string>& items) {
-  constexpr size_t kShown = 6;
-  std::string out;
-  for (size_t i = 0; i < items.size() && i < kShown; ++i) out += (i ? ", " : "") + items[i];
-  if (items.size() > kShown) out += " and " + std::to_string(items.size() - kShown) + " more";
-  return out;
-}
+std::string listing(const std::vector<std::string>& items) { return detail::shortened_list(items, 6); }
 
 std::string read_whole_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -87,8 +72,8 @@ void import_weights(const std::string& path, torch::nn::Module& model) {
     } else if (it->second.sizes() != dest.sizes()) {
       different.push_back(name + " has shape " + shape(it->second) + " in the file, " + shape(dest) + " in the model");
     } else if (it->second.scalar_type() != dest.scalar_type()) {
-      different.push_back(name + " is " + python_dtype(it->second.scalar_type()) + " in the file, " +
-                          python_dtype(dest.scalar_type()) + " in the model");
+      different.push_back(name + " is " + dtype_name(it->second.scalar_type()) + " in the file, " +
+                          dtype_name(dest.scalar_type()) + " in the model");
     } else {
       copies.emplace_back(dest, it->second);
     }

@@ -9,6 +9,7 @@
 
 #include "ddp/adadelta.h"
 #include "ddp/detail/optimizer_helpers.h"
+#include "ddp/error.h"
 
 namespace {
 
@@ -281,10 +282,10 @@ TEST(Adadelta, MultiTensorByDefaultOnlyOnGpus) {
 
 TEST(Adadelta, RejectsInvalidOptions) {
   Problem problem;
-  EXPECT_THROW(ddp::Adadelta(problem.params(), -1.0), c10::Error);
-  EXPECT_THROW(ddp::Adadelta(problem.params(), 1.0, 1.5), c10::Error);
-  EXPECT_THROW(ddp::Adadelta(problem.params(), 1.0, 0.9, -1e-6), c10::Error);
-  EXPECT_THROW(ddp::Adadelta(problem.params(), 1.0, 0.9, 1e-6, -0.1), c10::Error);
+  EXPECT_THROW(ddp::Adadelta(problem.params(), -1.0), ddp::Error);
+  EXPECT_THROW(ddp::Adadelta(problem.params(), 1.0, 1.5), ddp::Error);
+  EXPECT_THROW(ddp::Adadelta(problem.params(), 1.0, 0.9, -1e-6), ddp::Error);
+  EXPECT_THROW(ddp::Adadelta(problem.params(), 1.0, 0.9, 1e-6, -0.1), ddp::Error);
 }
 
 }  // namespace

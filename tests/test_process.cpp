@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "ddp/error.h"
 #include "ddp/process.h"
 
 namespace {
@@ -45,6 +46,23 @@ TEST(ConfigureProcess, AppliesOnlyWhatIsAskedAndSaysSo) {
   ::sigaction(SIGPIPE, &before, nullptr);
   ::unsetenv("TORCH_NCCL_ASYNC_ERROR_HANDLING");
   ::unsetenv("TORCH_NCCL_DUMP_ON_TIMEOUT");
+}
+
+// A broken invariant of the library is a bug report, not a user's error: not a ddp::Error (whose
+// hint the user would follow), and its message says where and asks for a report.
+TEST(InternalAssert, IsABugReportNotAUserError) {
+  try {
+    DDP_INTERNAL_ASSERT(1 + 1 == 3, "arithmetic failed");
+    ADD_FAILURE() << "no throw";
+  } catch (const ddp::Error&) {
+    ADD_FAILURE() << "an internal assert threw a user error";
+  } catch (const ddp::InternalError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("internal error in the ddp library (" __FILE__ ":"), std::string::npos) << what;
+    EXPECT_NE(what.find("arithmetic failed"), std::string::npos) << what;
+    EXPECT_NE(what.find("please report it"), std::string::npos) << what;
+  }
+  EXPECT_NO_THROW(DDP_INTERNAL_ASSERT(1 + 1 == 2, "arithmetic failed"));
 }
 
 }  // namespace

@@ -44,7 +44,7 @@ uint32_t crc32(std::string_view data) {
 
 void write_checked_file(const std::string& path, std::string_view magic, uint32_t version, const std::string& payload,
                         const std::string& option) {
-  DDP_CHECK(magic.size() == 8, "a checked file's magic must be 8 bytes", "report this");
+  DDP_INTERNAL_ASSERT(magic.size() == 8, "a checked file's magic must be 8 bytes");
   std::string file(magic);
   put<uint32_t>(file, version);
   put<uint64_t>(file, payload.size());

@@ -6,26 +6,13 @@
 #include <cstring>
 #include <map>
 
+#include "ddp/detail/text.h"  // defines: dtype_name, fnv1a, shortened_list
 #include "ddp/error.h"
 
 namespace ddp {
 namespace {
 
-std::string dtype_name(at::ScalarType t) {
-  switch (t) {
-    case at::kFloat: return "float32";
-    case at::kDouble: return "float64";
-    case at::kHalf: return "float16";
-    case at::kBFloat16: return "bfloat16";
-    case at::kLong: return "int64";
-    case at::kInt: return "int32";
-    case at::kShort: return "int16";
-    case at::kChar: return "int8";
-    case at::kByte: return "uint8";
-    case at::kBool: return "bool";
-    default: return c10::toString(t);
-  }
-}
+using detail::dtype_name;
 
 std::string describe_one(const at::Tensor& t, bool shape = true) {
   std::string text = dtype_name(t.scalar_type());
@@ -54,13 +41,6 @@ std::string op_name(const c10d::ReduceOp& op) {
     case c10d::ReduceOp::PREMUL_SUM: return "premul_sum";
     default: return "op " + std::to_string(static_cast<int>(op.op_));
   }
-}
-
-// FNV-1a: the same on every rank, whatever its standard library.
-uint64_t fnv1a(const std::string& text) {
-  uint64_t h = 1469598103934665603ULL;
-  for (unsigned char c : text) h = (h ^ c) * 1099511628211ULL;
-  return h;
 }
 
 std::string error_text(const std::exception& e) {
@@ -131,9 +111,9 @@ std::string describe_mismatch(int64_t seq, const std::vector<CallPrint>& prints)
     if (ranks.size() == 1) {
       text += "rank " + std::to_string(ranks.front()) + " @ " + first.host;
     } else {
-      text += "ranks ";
-      for (size_t i = 0; i < ranks.size() && i < 8; ++i) text += (i ? ", " : "") + std::to_string(ranks[i]);
-      if (ranks.size() > 8) text += " and " + std::to_string(ranks.size() - 8) + " more";
+      std::vector<std::string> numbers;
+      for (int r : ranks) numbers.push_back(std::to_string(r));
+      text += "ranks " + detail::shortened_list(numbers, 8);
       text += " (rank " + std::to_string(ranks.front()) + " @ " + first.host + ")";
     }
     text += ": " + first.call;
@@ -160,7 +140,7 @@ void CheckedBackend::check(const std::string& call) {
   std::lock_guard<std::mutex> lock(mutex_);
   CallPrint mine;
   mine.seq = ++seq_;
-  mine.hash = fnv1a(call);
+  mine.hash = detail::fnv1a(call);  // the same on every rank
   mine.host = host_;
   mine.call = call;
   const auto bytes = mine.encode();

@@ -5,6 +5,7 @@
 #include <sstream>
 #include <utility>
 
+#include "ddp/detail/text.h"  // defines: shortened_list
 #include "ddp/host.h"
 
 namespace ddp {
@@ -76,9 +77,7 @@ std::string describe_other_ranks(int rank, const TraceRecord& mine, const std::v
     return out +
            "every other rank entered it too (the collective itself stalled: a rank stopped inside it, or the "
            "network)";
-  for (size_t i = 0; i < lines.size() && i < limit; ++i) out += (i ? "; " : "") + lines[i];
-  if (lines.size() > limit) out += "; and " + std::to_string(lines.size() - limit) + " more ranks";
-  return out;
+  return out + detail::shortened_list(lines, limit, "; ", " ranks");
 }
 
 CollectiveTrace::CollectiveTrace(c10::intrusive_ptr<c10d::Store> store, int rank, int size,

@@ -1,5 +1,6 @@
 #include "ddp/detail/model_broadcast.h"
 
+#include "ddp/detail/text.h"  // defines: dtype_name, fnv1a, shortened_list
 #include "ddp/error.h"
 
 namespace ddp {
@@ -7,10 +8,8 @@ namespace {
 
 // FNV-1a: a cheap fingerprint of the parameter names and shapes, compared across ranks.
 int64_t fingerprint(const std::vector<std::string>& names, const std::vector<torch::Tensor>& params) {
-  uint64_t h = 1469598103934665603ull;
-  auto mix = [&](const std::string& s) {
-    for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
-  };
+  uint64_t h = detail::kFnv1aBasis;
+  auto mix = [&](const std::string& s) { h = detail::fnv1a(s, h); };
   for (size_t i = 0; i < params.size(); ++i) {
     mix(names[i]);
     for (int64_t d : params[i].sizes()) {

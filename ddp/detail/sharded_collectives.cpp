@@ -7,8 +7,8 @@ namespace ddp {
 ReduceScatter::ReduceScatter(ProcessGroup& pg, const torch::Tensor& input, const torch::Tensor& output, bool accumulate)
     : pg_(&pg), input_(input), output_(output), accumulate_(accumulate) {
   const int64_t n = pg.size();
-  DDP_CHECK(input.numel() == n * output.numel(), "reduce-scatter: the input must hold world size x output elements",
-            "report this");
+  DDP_INTERNAL_ASSERT(input.numel() == n * output.numel(),
+                      "reduce-scatter: the input must hold world size x output elements");
   if (n == 1) return;  // nothing to exchange: finish() copies
   if (pg.backend_name() == "nccl") {
     // NCCL reduces straight into the output unless the result is to be added to it.
