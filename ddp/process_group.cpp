@@ -357,11 +357,8 @@ void ProcessGroup::join_backend() {
 
 // The check's own Gloo group (CPU, whatever the backend), over the same store (collective_check.h).
 void ProcessGroup::join_collective_check() {
-  ProcessGroupOptions gloo;
-  gloo.rendezvous_timeout = rendezvous_timeout_;
-  gloo.collective_timeout = collective_timeout_;
-  auto helper =
-      make_gloo_backend(c10::make_intrusive<c10d::PrefixStore>("check", store_), rank_, size_, loopback_master_, gloo);
+  auto helper = make_gloo_backend(c10::make_intrusive<c10d::PrefixStore>("check", store_), rank_, size_,
+                                  loopback_master_, rendezvous_timeout_, collective_timeout_);
   CheckedBackend::Hooks hooks;
   hooks.failing = [this](const std::string& message) {
     note_failure("rank " + std::to_string(rank_) + ": " + message, true);
