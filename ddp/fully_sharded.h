@@ -52,9 +52,9 @@
 namespace ddp {
 
 struct FullyShardedOptions {
-  bool reshard_after_forward = true;    // free a unit's gathered parameters after its forward
-  bool checkpoint_activations = false;  // recompute each unit's forward in backward
-  bool prefetch = true;                 // start the next unit's all-gather early
+  bool reshard_after_forward = true;         // free a unit's gathered parameters after its forward
+  bool checkpoint_activations = false;       // recompute each unit's forward in backward
+  bool prefetch = true;                      // start the next unit's all-gather early
   std::optional<torch::Dtype> param_dtype;   // compute dtype of the units (default: the parameters')
   std::optional<torch::Dtype> reduce_dtype;  // reduce-scatter dtype (default: param_dtype's)
   bool broadcast_from_rank0 = true;          // at construction: every rank gets rank 0's weights

@@ -64,7 +64,10 @@ template <typename T>
 auto& module_impl(T& module) {
   if constexpr (requires { module.ptr(); }) {  // ModuleHolder (torch::nn::Linear, TORCH_MODULE(...))
     return *module.ptr();
-  } else if constexpr (std::is_pointer_v<T> || requires { module.get(); *module; }) {  // Impl*, std::shared_ptr<Impl>
+  } else if constexpr (std::is_pointer_v<T> || requires {
+                         module.get();
+                         *module;
+                       }) {  // Impl*, std::shared_ptr<Impl>
     return *module;
   } else {
     return module;  // the module itself
@@ -95,8 +98,9 @@ decltype(auto) pick_argument(Tuple& saved, const std::vector<torch::Tensor>& ten
 template <typename Impl, typename Tuple, size_t... I>
 torch::Tensor forward_with(Impl& impl, Tuple& saved, const std::vector<torch::Tensor>& tensors,
                            std::index_sequence<I...>) {
-  constexpr auto positions = []<typename... A>(std::tuple<A...>*) { return tensor_positions<A...>(); }(
-      static_cast<Tuple*>(nullptr));
+  constexpr auto positions = []<typename... A>(std::tuple<A...>*) {
+    return tensor_positions<A...>();
+  }(static_cast<Tuple*>(nullptr));
   (void)positions;
   return impl.forward(pick_argument<I, positions[I]>(saved, tensors)...);
 }

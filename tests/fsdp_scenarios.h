@@ -67,7 +67,9 @@ inline std::vector<std::shared_ptr<torch::nn::Module>> units_of(TinyNetImpl& net
 }
 
 constexpr int64_t kGlobalBatch = 12;  // divisible by 1, 2, 3, 4
-inline const ddp::AdamOptions kAdam{.lr = 0.02, .weight_decay = 0.1};
+// eps near the gradients' size: Adam's step then depends on their scale (with 1e-8 it hardly does,
+// and gradients summed instead of averaged over the ranks would pass).
+inline const ddp::AdamOptions kAdam{.lr = 0.02, .eps = 1e-3, .weight_decay = 0.1};
 
 // Micro-batch `k` of the whole run (the same on every rank).
 inline std::pair<torch::Tensor, torch::Tensor> batch(int k, const torch::Device& device = torch::kCPU) {
@@ -77,7 +79,8 @@ inline std::pair<torch::Tensor, torch::Tensor> batch(int k, const torch::Device&
   return {x.to(device), y.to(device)};
 }
 
-inline std::pair<torch::Tensor, torch::Tensor> my_share(const std::pair<torch::Tensor, torch::Tensor>& b, int rank, int n) {
+inline std::pair<torch::Tensor, torch::Tensor> my_share(const std::pair<torch::Tensor, torch::Tensor>& b, int rank,
+                                                        int n) {
   const int64_t per = kGlobalBatch / n;
   return {b.first.narrow(0, rank * per, per), b.second.narrow(0, rank * per, per)};
 }
@@ -112,7 +115,8 @@ inline double max_difference(const ddp::TensorDict& a, const ddp::TensorDict& b)
   double worst = 0;
   for (size_t i = 0; i < a.size(); ++i) {
     if (a[i].first != b[i].first || !a[i].second.sizes().equals(b[i].second.sizes())) return 1e30;
-    worst = std::max(worst, (a[i].second.to(torch::kFloat64) - b[i].second.to(torch::kFloat64)).abs().max().item<double>());
+    worst =
+        std::max(worst, (a[i].second.to(torch::kFloat64) - b[i].second.to(torch::kFloat64)).abs().max().item<double>());
   }
   return worst;
 }
@@ -181,6 +185,5 @@ inline int equals_one_process(int rank, const std::shared_ptr<ddp::ProcessGroup>
   }
   return failures == 0 ? 0 : 1;
 }
-
 
 }  // namespace fsdp_scenarios

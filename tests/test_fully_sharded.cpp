@@ -40,31 +40,31 @@ TEST(FullyShardedEquivalence, OneTwoThreeFourRanksEqualOneProcess) {
 
 // Each rank keeps 1/N of the parameters, gradients and Adam's moments (padded per unit).
 TEST(FullyShardedEquivalence, EachRankHoldsItsShare) {
-  EXPECT_EQ(ddp_test::run_ranks(
-                3,
-                [](int, auto pg) {
-                  auto net = make_net();
-                  int64_t numel = 0;
-                  for (const auto& p : net->parameters()) numel += p.numel();
-                  ddp::FullyShardedDataParallel<TinyNetImpl> model(net, units_of(*net), pg);
-                  ddp::FullyShardedAdamW optimizer(model, kAdam);
-                  auto [x, y] = my_share(batch(0), pg->rank(), 3);
-                  torch::nn::functional::cross_entropy(model(x), y).backward();
-                  optimizer.step();
-                  int64_t shard = 0, padded = 0;
-                  for (const auto& u : model.engine()->units()) {
-                    shard += u.shard_numel;
-                    padded += u.padded_numel;
-                  }
-                  const int64_t expected = (shard * 4) * 4;  // param + grad + 2 moments, float32
-                  const int64_t held = model.engine()->shard_bytes() + optimizer.state_bytes();
-                  std::printf("rank %d: %lld bytes held of the full %lld (numel %lld, padded %lld)\n", pg->rank(),
-                              static_cast<long long>(held), static_cast<long long>(numel * 16),
-                              static_cast<long long>(numel), static_cast<long long>(padded));
-                  const bool ok = held == expected && padded - numel < 3 * 4 && shard * 3 == padded &&
-                                  model.engine()->gathered_bytes() == 0;
-                  return ok ? 0 : 1;
-                }),
+  EXPECT_EQ(ddp_test::run_ranks(3,
+                                [](int, auto pg) {
+                                  auto net = make_net();
+                                  int64_t numel = 0;
+                                  for (const auto& p : net->parameters()) numel += p.numel();
+                                  ddp::FullyShardedDataParallel<TinyNetImpl> model(net, units_of(*net), pg);
+                                  ddp::FullyShardedAdamW optimizer(model, kAdam);
+                                  auto [x, y] = my_share(batch(0), pg->rank(), 3);
+                                  torch::nn::functional::cross_entropy(model(x), y).backward();
+                                  optimizer.step();
+                                  int64_t shard = 0, padded = 0;
+                                  for (const auto& u : model.engine()->units()) {
+                                    shard += u.shard_numel;
+                                    padded += u.padded_numel;
+                                  }
+                                  const int64_t expected = (shard * 4) * 4;  // param + grad + 2 moments, float32
+                                  const int64_t held = model.engine()->shard_bytes() + optimizer.state_bytes();
+                                  std::printf("rank %d: %lld bytes held of the full %lld (numel %lld, padded %lld)\n",
+                                              pg->rank(), static_cast<long long>(held),
+                                              static_cast<long long>(numel * 16), static_cast<long long>(numel),
+                                              static_cast<long long>(padded));
+                                  const bool ok = held == expected && padded - numel < 3 * 4 && shard * 3 == padded &&
+                                                  model.engine()->gathered_bytes() == 0;
+                                  return ok ? 0 : 1;
+                                }),
             0);
 }
 
@@ -143,20 +143,22 @@ TEST(FullyShardedEquivalence, RefusalsAndBf16) {
                       "is in two units");
                   auto net = make_net();
                   auto stranger = Block(8, 2);
-                  ok &= fails_with(
-                      [&] { ddp::FullyShardedDataParallel<TinyNetImpl> m(net, {stranger.ptr()}, pg); },
-                      "is not a submodule");
+                  ok &= fails_with([&] { ddp::FullyShardedDataParallel<TinyNetImpl> m(net, {stranger.ptr()}, pg); },
+                                   "is not a submodule");
                   ok &= fails_with(
                       [&] {
-                        ddp::FullyShardedDataParallel<TinyNetImpl> m(net, {net->blocks[0].ptr(), net->blocks[0]->fc1.ptr()},
-                                                                      pg);
+                        ddp::FullyShardedDataParallel<TinyNetImpl> m(
+                            net, {net->blocks[0].ptr(), net->blocks[0]->fc1.ptr()}, pg);
                       },
                       "lies inside the unit");
                   ddp::FullyShardedDataParallel<TinyNetImpl> model(net, units_of(*net), pg);
-                  ok &= fails_with([&] { ddp::call(net->blocks[1], torch::randn({2, 8})); }, "outside the wrapped model's forward");
                   ok &= fails_with(
-                      [&] { ddp::FullyShardedDataParallel<TinyNetImpl> again(net, units_of(*net), pg); },
-                      "already has an interceptor");
+                      [&] {
+                        ddp::call(net->blocks[1], torch::randn({2, 8}));
+                      },
+                      "outside the wrapped model's forward");
+                  ok &= fails_with([&] { ddp::FullyShardedDataParallel<TinyNetImpl> again(net, units_of(*net), pg); },
+                                   "already has an interceptor");
                   // Still trains after the refusals.
                   auto out = model(torch::randn({2, 5}));
                   out.sum().backward();
@@ -186,11 +188,11 @@ TEST(ModuleCall, PassesThroughWithoutAnInterceptor) {
   // With one: it sees the tensor arguments and can rerun the forward with others.
   int calls = 0;
   {
-    ddp::CallInterception hook(*block, [&](torch::nn::Module&, const std::vector<torch::Tensor>& args,
-                                           const ddp::ModuleForward& forward) {
-      ++calls;
-      return forward({args[0] * 2});
-    });
+    ddp::CallInterception hook(
+        *block, [&](torch::nn::Module&, const std::vector<torch::Tensor>& args, const ddp::ModuleForward& forward) {
+          ++calls;
+          return forward({args[0] * 2});
+        });
     EXPECT_TRUE(torch::equal(ddp::call(block, x), block->forward(x * 2)));
   }
   EXPECT_EQ(calls, 1);
@@ -213,7 +215,8 @@ TEST(PythonBridgeFsdp, PythonLoadsTheGatheredStateDict) {
                                 [&](int rank, auto pg) {
                                   const auto full = train_fsdp(pg, Variant{"plain"}, 2);
                                   if (rank == 0) {
-                                    std::ofstream(dir + "/fsdp.pt", std::ios::binary) << ddp::tensor_dict_to_bytes(full);
+                                    std::ofstream(dir + "/fsdp.pt", std::ios::binary)
+                                        << ddp::tensor_dict_to_bytes(full);
                                     std::ofstream(dir + "/one.pt", std::ios::binary)
                                         << ddp::tensor_dict_to_bytes(reference(2, 1));
                                   }
@@ -228,8 +231,8 @@ TEST(PythonBridgeFsdp, PythonLoadsTheGatheredStateDict) {
       "worst = max((a[k] - b[k]).abs().max().item() for k in a)\n"
       "print(len(a), 'tensors, max difference', worst); sys.exit(0 if worst <= 2e-5 else 1)\n";
   std::ofstream(dir + "/check.py") << script;
-  const std::string command = "timeout 120 '" + std::string(kPython) + "' " + dir + "/check.py " + dir + "/fsdp.pt " +
-                              dir + "/one.pt";
+  const std::string command =
+      "timeout 120 '" + std::string(kPython) + "' " + dir + "/check.py " + dir + "/fsdp.pt " + dir + "/one.pt";
   const int status = std::system(command.c_str());
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
   ddp::remove_tree(dir);
