@@ -165,7 +165,8 @@ FullyShardedEngine::FullyShardedEngine(std::shared_ptr<torch::nn::Module> root,
   const auto named = root_->named_parameters(/*recurse=*/true);
   std::vector<std::vector<std::pair<std::string, torch::Tensor>>> members(units.size() + 1);
   for (size_t u = 0; u < units.size(); ++u) {
-    for (const auto& p : units[u]->named_parameters(true)) members[u + 1].emplace_back(unit_paths[u] + "." + p.key(), p.value());
+    for (const auto& p : units[u]->named_parameters(true))
+      members[u + 1].emplace_back(unit_paths[u] + "." + p.key(), p.value());
   }
   std::map<const c10::TensorImpl*, std::string> owner;  // parameter -> the unit that has it
   for (size_t u = 1; u < members.size(); ++u) {
@@ -199,7 +200,8 @@ FullyShardedEngine::FullyShardedEngine(std::shared_ptr<torch::nn::Module> root,
     }
   }
   for (const auto& p : named) {
-    DDP_CHECK(p.value().is_floating_point(), "FullyShardedDataParallel: the parameter " + p.key() + " is not floating point",
+    DDP_CHECK(p.value().is_floating_point(),
+              "FullyShardedDataParallel: the parameter " + p.key() + " is not floating point",
               "keep only floating-point tensors as parameters (register others as buffers)");
   }
   im.param_dtype = named.is_empty() ? torch::kFloat32 : named.values()[0].scalar_type();
@@ -263,16 +265,13 @@ FullyShardedEngine::FullyShardedEngine(std::shared_ptr<torch::nn::Module> root,
     });
     s.grads_pending = s.params.size();
     if (u == 0) {  // the root: marked as wrapped; a ddp::call on it is its plain forward
-      s.interception = CallInterception(
-          *root_, [](torch::nn::Module&, const std::vector<torch::Tensor>& args, const ModuleForward& forward) {
-            return forward(args);
-          });
+      s.interception = CallInterception(*root_, [](torch::nn::Module&, const std::vector<torch::Tensor>& args,
+                                                   const ModuleForward& forward) { return forward(args); });
       continue;
     }
-    s.interception = CallInterception(
-        *s.module, [this, u](torch::nn::Module&, const std::vector<torch::Tensor>& args, const ModuleForward& forward) {
-          return unit_forward(u, args, forward);
-        });
+    s.interception =
+        CallInterception(*s.module, [this, u](torch::nn::Module&, const std::vector<torch::Tensor>& args,
+                                              const ModuleForward& forward) { return unit_forward(u, args, forward); });
   }
 }
 
@@ -637,15 +636,16 @@ void save_fully_sharded_snapshot(const std::string& path, FullyShardedAdamW& opt
     for (const auto& b : engine.module().named_buffers(true)) mine.emplace_back("buffer." + b.key(), b.value().cpu());
   std::string error;
   try {
-    write_checked_file(shard_path(path, pg.rank(), pg.size()), kShardMagic, kShardVersion,
-                       tensor_dict_to_bytes(mine), "the snapshot path");
+    write_checked_file(shard_path(path, pg.rank(), pg.size()), kShardMagic, kShardVersion, tensor_dict_to_bytes(mine),
+                       "the snapshot path");
   } catch (const std::exception& e) {
     error = e.what();
   }
   auto failed = torch::tensor({error.empty() ? 0.0f : 1.0f});
   pg.allreduce_sum(failed, "FullyShardedDataParallel: snapshot shards written");
-  DDP_CHECK(failed.item<float>() == 0, "FullyShardedDataParallel: a rank could not write its snapshot shard" +
-                                           (error.empty() ? std::string() : ": " + error),
+  DDP_CHECK(failed.item<float>() == 0,
+            "FullyShardedDataParallel: a rank could not write its snapshot shard" +
+                (error.empty() ? std::string() : ": " + error),
             "check that the snapshot's folder is writable and shared by all ranks");
   if (pg.rank() == 0) {
     nlohmann::json manifest;
@@ -678,7 +678,8 @@ std::optional<TrainingState> load_fully_sharded_snapshot(const std::string& path
     }
   }
   DDP_CHECK(manifest.value("format", "") == "ddp fully sharded snapshot",
-            path + " is not a snapshot of FullyShardedDataParallel", "choose the manifest save_fully_sharded_snapshot wrote");
+            path + " is not a snapshot of FullyShardedDataParallel",
+            "choose the manifest save_fully_sharded_snapshot wrote");
   if (owner) {
     const std::string written = manifest.value("owner", "");
     DDP_CHECK(written == owner_text(owner),
