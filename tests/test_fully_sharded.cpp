@@ -1,14 +1,15 @@
-// FullyShardedDataParallel (ddp/fully_sharded.h) against one process: N ranks (separate processes,
-// Gloo) train a small transformer-like float32 model (an input layer, three residual blocks of
-// LayerNorm + two Linear layers of unequal widths, a final LayerNorm and head; 588 parameters, no
-// unit's count (91, 143, 245, 109) divisible by 2, 3 or 4) on their shares of each global batch; one process trains the
-// same model on the whole batch with the same AdamW (ddp::adam_step). After 3 steps the full
-// state_dict gathered on rank 0 equals the reference within 1e-6 (float32; the sums of the
-// gradients differ in order). Variants in one process group per world size: reshard after forward
-// or not (and prefetch off), activation checkpointing (its result also equals the run without it),
-// gradient accumulation under no_sync() with checkpointing. Also: each rank's 1/N, resume from a
-// sharded snapshot on another world size, the refusals, and Python's torch.load reading the
-// gathered state_dict (PythonBridgeFsdp, label integration).
+// FullyShardedDataParallel (ddp/fully_sharded.h) against one process: N = 1, 2, 3, 4 ranks (separate
+// processes, Gloo) train a small transformer-like float32 model (fsdp_scenarios.h: an input layer,
+// three residual blocks of LayerNorm + two Linear layers of unequal widths, a final LayerNorm and
+// head; 588 parameters, no unit's count (91, 143, 245, 109) divisible by 2, 3 or 4) on their shares
+// of each global batch; one process trains the same model on the whole batch with the same AdamW
+// (ddp::adam_step). After 2 steps the full state_dict gathered on rank 0 equals the reference within
+// 1e-6 (float32; the gradients are summed in another order). Three variants in one process group
+// per world size: reshard after forward with prefetch; the same with activation checkpointing (also
+// equal to the run without it); parameters kept after forward, no prefetch, 2 micro-batches with
+// no_sync(). Also: each rank's 1/N, resume from a sharded snapshot on another world size, the
+// refusals and bf16 compute, ddp::call's pass-through, and Python's torch.load reading the gathered
+// state_dict (PythonBridgeFsdp, label integration).
 #include <gtest/gtest.h>
 #include <stdlib.h>
 #include <sys/wait.h>
