@@ -150,6 +150,10 @@ inline ddp::TensorDict train_fsdp(const std::shared_ptr<ddp::ProcessGroup>& pg, 
       if (k + 1 < v.micro) {
         auto no_sync = model.no_sync();
         loss.backward();
+        // Nothing sent: the full gradients stay here, the shards have none yet.
+        bool sent = model.engine()->full_gradient_bytes() == 0;
+        for (const auto& shard : model.parameters()) sent |= shard.grad().defined();
+        if (sent) throw std::runtime_error(std::string(v.name) + ": a backward under no_sync() reduced its gradients");
       } else {
         loss.backward();
       }
