@@ -9,10 +9,10 @@
 #include <nlohmann/json.hpp>
 #include <unordered_map>
 
-#include "ddp/checked_file.h"
+#include "ddp/detail/checked_file.h"
+#include "ddp/detail/gradient_hooks.h"
+#include "ddp/detail/sharded_collectives.h"
 #include "ddp/files.h"
-#include "ddp/gradient_hooks.h"
-#include "ddp/sharded_collectives.h"
 
 namespace ddp {
 namespace {
@@ -615,8 +615,7 @@ std::string shard_path(const std::string& path, int rank, int world) {
 }
 
 std::string owner_text(const std::optional<SnapshotOwner>& owner) {
-  if (!owner) return "";
-  return owner->program + (owner->kind.empty() || owner->kind == "program" ? "" : " (" + owner->kind + ")");
+  return owner ? owner->label() : "";
 }
 
 }  // namespace

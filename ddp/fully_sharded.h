@@ -43,11 +43,11 @@
 #include <utility>
 #include <vector>
 
+#include "ddp/detail/torch_pickle.h"
 #include "ddp/module_call.h"  // defines: ddp::call, the units' call site
 #include "ddp/multi_tensor_adam.h"
 #include "ddp/process_group.h"
 #include "ddp/snapshot.h"  // TrainingState, SnapshotOwner
-#include "ddp/torch_pickle.h"
 
 namespace ddp {
 
