@@ -121,7 +121,7 @@ class DistributedDataParallel {
   static_assert(check_module_type<M>());
 
  public:
-  using Impl = ModuleImpl<M>;  // the module itself: what -> and module() give
+  using Impl = WrappedModule<M>;  // the module itself: what -> and module() give
 
   // Collective: every rank calls it with the same model (checked), which then holds rank 0's weights.
   // forward_ before reducer_: its gradient hooks run first (its check comes before any gradient is sent).

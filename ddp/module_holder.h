@@ -1,5 +1,5 @@
 // defines: ModuleImpl<M> (a LibTorch holder's module type: torch::nn::Sequential -> SequentialImpl,
-//   TORCH_MODULE(Net) -> NetImpl; any other M is itself), ModuleHolderType, HolderOf, ModuleHandle,
+//   TORCH_MODULE(Net) -> NetImpl; any other M is itself), WrappedModule, ModuleHolderType, HolderOf, ModuleHandle,
 //   module_ptr(holder or shared_ptr). The wrappers (DistributedDataParallel, ZeroDataParallel) and
 //   convert_sync_batchnorm accept a module the two ways LibTorch hands one out: a holder, or an ...Impl in a
 //   std::shared_ptr.
@@ -50,6 +50,22 @@ concept HolderOf = ModuleHolderType<H> && std::is_same_v<ModuleImpl<H>, Impl>;
 // A module as LibTorch hands it out: a holder, or an ...Impl's std::shared_ptr.
 template <typename M>
 concept ModuleHandle = ModuleHolderType<M> || detail::IsModulePtr<M>::value;
+
+namespace detail {
+// What a wrapper of a type that is no module holds, so that check_module_type's line is its only error.
+struct NotAModule : torch::nn::Module {
+  template <typename... Args>
+  torch::Tensor forward(Args&&...) {
+    return {};
+  }
+};
+}  // namespace detail
+
+// The module a wrapper of M holds: ModuleImpl<M>, or a stand-in when M is no module (and
+// check_module_type<M>() has failed).
+template <typename M>
+using WrappedModule =
+    std::conditional_t<std::is_base_of_v<torch::nn::Module, ModuleImpl<M>>, ModuleImpl<M>, detail::NotAModule>;
 
 // One line for every wrong M, instead of a page of template errors.
 template <typename M>

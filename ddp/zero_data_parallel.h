@@ -114,7 +114,7 @@ class ZeroDataParallel {
   static_assert(check_module_type<M>());
 
  public:
-  using Impl = ModuleImpl<M>;
+  using Impl = WrappedModule<M>;
 
   // Collective, as DistributedDataParallel's: the same model on every rank gets rank 0's weights,
   // then lives in the flat buckets.
