@@ -408,7 +408,7 @@ Options parse_options(int argc, char** argv, const std::string& description, uns
     try {
       o.master_port = spawn_master_port();
     } catch (const Error& e) {
-      usage_error(program, e.what(), e.hint());
+      usage_error(program, e.message(), e.hint());
     }
   }
   if (trainer && (groups & kTrainingOptions)) {
@@ -433,7 +433,7 @@ Options parse_options(int argc, char** argv, const std::string& description, uns
         apply_zero_settings(o, zero_flag, batch_size->count() > 0, log_every->count() > 0,
                             bucket_mb != nullptr && bucket_mb->count() > 0, precision->count() > 0, trainer);
       } catch (const Error& e) {
-        usage_error(program, e.what(), e.hint());
+        usage_error(program, e.message(), e.hint());
       }
     }
     check_writable_file(program, "--snapshot", o.snapshot_path, /*written_in_place=*/false);

@@ -47,12 +47,13 @@ int run_main(const std::function<int()>& body, const std::string& prefix) {
                                                : "; here: DDPW_TORCH_CUDA=" + e.build() +
                                                      " scripts/setup.sh (or the site's recipe in "
                                                      "clusters/<site>/README.md), then a fresh build folder";
-    std::fprintf(stderr, "%serror: %s (fix: %s%s)\n", who().c_str(), e.what(), e.hint().c_str(), here.c_str());
+    std::fprintf(stderr, "%serror: %s (fix: %s%s)\n", who().c_str(), e.message().c_str(), e.hint().c_str(),
+                 here.c_str());
   } catch (const Error& e) {
     if (e.hint().empty())
-      std::fprintf(stderr, "%serror: %s\n", who().c_str(), e.what());
+      std::fprintf(stderr, "%serror: %s\n", who().c_str(), e.message().c_str());
     else
-      std::fprintf(stderr, "%serror: %s (fix: %s)\n", who().c_str(), e.what(), e.hint().c_str());
+      std::fprintf(stderr, "%serror: %s (fix: %s)\n", who().c_str(), e.message().c_str(), e.hint().c_str());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%serror: %s\n", who().c_str(), without_backtrace(e.what()).c_str());
   }

@@ -28,7 +28,7 @@ std::function<std::shared_ptr<Model>(torch::Device)> seeded_model(uint64_t seed,
         import_weights(init_weights, *model);
       } catch (const WeightsMismatchError& e) {
         // The library cannot know which Python module is the twin: the course's are in models.py.
-        throw Error(e.what(),
+        throw Error(e.message(),
                     "save the state_dict of the twin module of python/ddpw/models.py that matches --dataset "
                     "(LinearRegressor: synthetic; MnistCnn: mnist, fashion-mnist, synthetic-images), in float32");
       }

@@ -10,7 +10,7 @@
 //
 //   {
 //     ddp::Autocast amp({.device_type = torch::kCUDA, .dtype = torch::kBFloat16});
-//     loss = loss_fn(model->forward(x), y);   // matmuls and convolutions in bfloat16
+//     loss = loss_fn(model(x), y);            // matmuls and convolutions in bfloat16
 //   }
 //   loss.backward();                           // outside: as PyTorch recommends
 #pragma once

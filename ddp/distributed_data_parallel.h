@@ -39,7 +39,8 @@
 #include "ddp/detail/bucket_schedule.h"  // defines: BucketSchedule, NoSync
 #include "ddp/detail/flat_buckets.h"
 #include "ddp/detail/forward_sync.h"
-#include "ddp/joinable.h"  // defines: Joinable, JoinHook (what ddp::Join uses)
+#include "ddp/joinable.h"       // defines: Joinable, JoinHook (what ddp::Join uses)
+#include "ddp/module_holder.h"  // defines: ModuleImpl, HolderOf (a holder or an ...Impl)
 #include "ddp/process_group.h"
 
 namespace ddp {
@@ -118,36 +119,45 @@ class GradientReducer {
 std::unique_ptr<JoinHook> make_ddp_join_hook(GradientReducer& reducer, ForwardSync* forward,
                                              std::shared_ptr<torch::nn::Module> module);
 
-// DDP for a torch::nn::Module (or a module holder's ptr()): construct it on every rank with the
+// DDP for a torch::nn::Module (its holder or its shared_ptr): construct it on every rank with the
 // same model, then train the module as usual; loss.backward() averages the gradients over the ranks.
+// M is the module (NetImpl, held by std::shared_ptr<NetImpl>) or its LibTorch holder
+// (torch::nn::Sequential, a TORCH_MODULE(Net)); either is passed: net or net.ptr() (module_holder.h).
 // Ranks with different numbers of batches: inside a ddp::Join (join.h), through Joinable.
 template <typename M>
 class DistributedDataParallel : public Joinable {
+  static_assert(check_module_type<M>());
+
  public:
+  using Impl = WrappedModule<M>;  // the module itself: what -> and module() give
+
   // Collective: every rank calls it with the same model (checked), which then holds rank 0's weights.
   // forward_ before reducer_: its gradient hooks run first (its check comes before any gradient is sent).
-  DistributedDataParallel(std::shared_ptr<M> module, std::shared_ptr<ProcessGroup> pg, DdpOptions options = {})
+  DistributedDataParallel(std::shared_ptr<Impl> module, std::shared_ptr<ProcessGroup> pg, DdpOptions options = {})
       : module_(std::move(module)),
         forward_(std::make_unique<ForwardSync>(module_, pg, options.broadcast_buffers)),
         reducer_(std::make_unique<GradientReducer>(module_, std::move(pg), options)) {}
+  template <HolderOf<Impl> H>
+  DistributedDataParallel(const H& holder, std::shared_ptr<ProcessGroup> pg, DdpOptions options = {})
+      : DistributedDataParallel(holder.ptr(), std::move(pg), options) {}
 
   // The module's forward with DDP's work around it (PyTorch's DistributedDataParallel.forward).
   template <typename... Args>
-  auto forward(Args&&... args) -> decltype(std::declval<M&>().forward(std::forward<Args>(args)...)) {
+  auto forward(Args&&... args) -> decltype(std::declval<Impl&>().forward(std::forward<Args>(args)...)) {
     forward_->before_forward();
     decltype(auto) out = module_->forward(std::forward<Args>(args)...);
     forward_->after_forward(reducer_->schedule().sync_enabled());
     return out;
   }
   template <typename... Args>
-  auto operator()(Args&&... args) -> decltype(std::declval<M&>().forward(std::forward<Args>(args)...)) {
+  auto operator()(Args&&... args) -> decltype(std::declval<Impl&>().forward(std::forward<Args>(args)...)) {
     return forward(std::forward<Args>(args)...);
   }
   // Rank 0's buffers to every rank now (all ranks call it), e.g. before an evaluation through ->.
   void sync_buffers() { forward_->broadcast_buffers(); }
 
-  M* operator->() const { return module_.get(); }               // the plain module: parameters(), train(), ...
-  const std::shared_ptr<M>& module() const { return module_; }  // for checkpoints: a plain module
+  Impl* operator->() const { return module_.get(); }               // the plain module: parameters(), train(), ...
+  const std::shared_ptr<Impl>& module() const { return module_; }  // for checkpoints: a plain module
   size_t bucket_count() const { return reducer_->bucket_count(); }
   // Whether forwards through the wrapper broadcast rank 0's buffers (broadcast_buffers and buffers).
   bool broadcasts_buffers() const { return forward_->broadcasts_buffers(); }
@@ -163,10 +173,16 @@ class DistributedDataParallel : public Joinable {
   [[nodiscard]] NoSync no_sync() { return NoSync(reducer_->schedule()); }  // gradient accumulation: see NoSync
 
  private:
-  std::shared_ptr<M> module_;
+  std::shared_ptr<Impl> module_;
   std::unique_ptr<ForwardSync> forward_;
   std::unique_ptr<GradientReducer> reducer_;
 };
+// DistributedDataParallel(net, pg): DistributedDataParallel<Net> for a holder, <NetImpl> for a shared_ptr.
+template <ModuleHolderType H>
+DistributedDataParallel(const H&, std::shared_ptr<ProcessGroup>, DdpOptions = {}) -> DistributedDataParallel<H>;
+template <typename T>
+DistributedDataParallel(std::shared_ptr<T>, std::shared_ptr<ProcessGroup>, DdpOptions = {})
+    -> DistributedDataParallel<T>;
 
 // DDP over a list of parameter tensors, for code that holds tensors rather than a torch::nn::Module
 // (a binding to LibTorch from Java, Rust, C#, Ruby): every rank constructs it with the same list

@@ -1,6 +1,6 @@
-// defines: ddp::Error (a message plus a hint a person can act on), DDP_CHECK, the exit codes;
-//          ddp::InternalError and DDP_INTERNAL_ASSERT for what cannot happen (a bug in the library,
-//          which no user can fix: it says where, and to report it).
+// defines: ddp::Error (a message plus the fix a person can act on, both in what()), DDP_CHECK, the exit
+//          codes; ddp::InternalError and DDP_INTERNAL_ASSERT for what cannot happen (a bug in the
+//          library, which no user can fix: it says where, and to report it).
 #pragma once
 
 #include <stdexcept>
@@ -15,13 +15,20 @@ inline constexpr int kExitUsage = 2;
 // A snapshot was written because of SIGTERM/SIGUSR1: the batch script requeues the job.
 inline constexpr int kExitRequeue = 75;  // EX_TEMPFAIL
 
-// An error the user can fix: what went wrong, and a hint with the likely fix.
+// An error the user can fix: what went wrong, and a hint with the likely fix. what() carries both,
+// "message (fix: hint)", so a program that prints what() shows the fix; message() and hint() are
+// the two parts, for a program that lays them out itself.
 class Error : public std::runtime_error {
  public:
-  Error(const std::string& what, std::string hint = "") : std::runtime_error(what), hint_(std::move(hint)) {}
-  const std::string& hint() const { return hint_; }
+  Error(const std::string& message, std::string hint = "")
+      : std::runtime_error(hint.empty() ? message : message + " (fix: " + hint + ")"),
+        message_(message),
+        hint_(std::move(hint)) {}
+  const std::string& message() const { return message_; }  // what went wrong, without the fix
+  const std::string& hint() const { return hint_; }        // the fix ("" when there is none)
 
  private:
+  std::string message_;
   std::string hint_;
 };
 

@@ -11,7 +11,7 @@
 //   ddp::GradScaler scaler(device);                 // GradScaler("cuda")
 //   {
 //     ddp::Autocast amp({.device_type = device.type(), .dtype = torch::kHalf});
-//     loss = loss_fn(model->forward(x), y);
+//     loss = loss_fn(model(x), y);  // model: the DistributedDataParallel wrapper
 //   }
 //   scaler.scale(loss).backward();
 //   scaler.unscale_(optimizer);                     // only to clip or read the true gradients

@@ -7,7 +7,7 @@
 //   ddp::ZeroDataParallel<Net> model(net, pg, {.stage = 2});
 //   ddp::ShardedAdamW optimizer(model, ddp::AdamOptions{.lr = 1e-3});
 //   optimizer.zero_grad();
-//   loss_fn(model->forward(x), y).backward();   // stage 2: buckets reduce-scattered during backward
+//   loss_fn(model(x), y).backward();            // stage 2: buckets reduce-scattered during backward
 //   optimizer.clip_grad_norm(1.0);
 //   optimizer.step();                             // my slice, then the all-gather
 //

@@ -292,7 +292,7 @@ void set_rng(const ShardContents& c, const torch::Device& device) {
 // What every rank found, on every rank: the first problem any rank had becomes everybody's error.
 // Messages travel as "what\nhint".
 void agree(ProcessGroup& pg, const std::optional<Error>& mine) {
-  const auto all = pg.all_gather_strings(mine ? std::string(mine->what()) + "\n" + mine->hint() : "ok");
+  const auto all = pg.all_gather_strings(mine ? mine->message() + "\n" + mine->hint() : "ok");
   std::string what, hint;
   std::set<std::string> seen;
   for (size_t r = 0; r < all.size(); ++r) {
@@ -387,7 +387,7 @@ void save_sharded(const std::string& path, ShardedAdamW& optimizer, const Traini
     written = std::to_string(payload.size() + 24) + " " + std::to_string(crc32(payload));
   });
   if (problem)
-    problem = Error("rank " + std::to_string(rank) + " could not write its snapshot shard: " + problem->what(),
+    problem = Error("rank " + std::to_string(rank) + " could not write its snapshot shard: " + problem->message(),
                     problem->hint());
   const auto reports = pg.all_gather_strings(problem ? "-" : written);
   agree(pg, problem);  // a rank that failed: every rank stops here, the previous snapshot stays

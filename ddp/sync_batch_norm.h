@@ -37,6 +37,7 @@
 #include <memory>
 #include <ostream>
 
+#include "ddp/module_holder.h"  // defines: ModuleHandle, module_ptr
 #include "ddp/process_group.h"
 
 namespace ddp {
@@ -98,6 +99,11 @@ TORCH_MODULE(SyncBatchNorm);
 // Call it before DistributedDataParallel wraps the module and before the optimizer is built (as
 // in PyTorch; the shared tensors keep an earlier optimizer working).
 size_t convert_sync_batchnorm(torch::nn::Module& module, std::shared_ptr<ProcessGroup> pg);
+// The same for a holder (torch::nn::Sequential, a TORCH_MODULE(Net)) or a std::shared_ptr<NetImpl>.
+template <ModuleHandle M>
+size_t convert_sync_batchnorm(const M& module, std::shared_ptr<ProcessGroup> pg) {
+  return convert_sync_batchnorm(*module_ptr(module), std::move(pg));
+}
 
 // Gives `pg` to every SyncBatchNorm of `module` that has no group (DistributedDataParallel does it).
 void give_group_to_sync_batchnorm(torch::nn::Module& module, const std::shared_ptr<ProcessGroup>& pg);

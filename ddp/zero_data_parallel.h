@@ -31,7 +31,8 @@
 #include "ddp/detail/bucket_schedule.h"  // defines: BucketSchedule, NoSync
 #include "ddp/detail/flat_buckets.h"
 #include "ddp/detail/sharded_collectives.h"
-#include "ddp/joinable.h"  // defines: Joinable (what ddp::Join uses)
+#include "ddp/joinable.h"       // defines: Joinable (what ddp::Join uses)
+#include "ddp/module_holder.h"  // defines: ModuleImpl, HolderOf (a holder or an ...Impl)
 #include "ddp/process_group.h"
 
 namespace ddp {
@@ -111,26 +112,34 @@ class ZeroReducer {
 // Ranks with different numbers of batches: ZeRO cannot join (each rank owns a slice of every
 // optimizer step, which no other rank can run for one that has left the loop). ddp::Join(model,
 // batches) (join.h, through Joinable) checks at once that the counts are equal.
+// M as DistributedDataParallel's: the module or its LibTorch holder (module_holder.h).
 template <typename M>
 class ZeroDataParallel : public Joinable {
+  static_assert(check_module_type<M>());
+
  public:
+  using Impl = WrappedModule<M>;
+
   // Collective, as DistributedDataParallel's: the same model on every rank gets rank 0's weights,
   // then lives in the flat buckets.
-  ZeroDataParallel(std::shared_ptr<M> module, std::shared_ptr<ProcessGroup> pg, ZeroOptions options = {})
+  ZeroDataParallel(std::shared_ptr<Impl> module, std::shared_ptr<ProcessGroup> pg, ZeroOptions options = {})
       : module_(std::move(module)), reducer_(std::make_shared<ZeroReducer>(module_, std::move(pg), options)) {}
+  template <HolderOf<Impl> H>
+  ZeroDataParallel(const H& holder, std::shared_ptr<ProcessGroup> pg, ZeroOptions options = {})
+      : ZeroDataParallel(holder.ptr(), std::move(pg), options) {}
 
   // The module's forward, as DistributedDataParallel's (model(x), model.forward(x)): ZeRO does its
   // work in backward and in the optimizer's step, so nothing runs around it; the same call as DDP's.
   template <typename... Args>
-  auto forward(Args&&... args) -> decltype(std::declval<M&>().forward(std::forward<Args>(args)...)) {
+  auto forward(Args&&... args) -> decltype(std::declval<Impl&>().forward(std::forward<Args>(args)...)) {
     return module_->forward(std::forward<Args>(args)...);
   }
   template <typename... Args>
-  auto operator()(Args&&... args) -> decltype(std::declval<M&>().forward(std::forward<Args>(args)...)) {
+  auto operator()(Args&&... args) -> decltype(std::declval<Impl&>().forward(std::forward<Args>(args)...)) {
     return module_->forward(std::forward<Args>(args)...);
   }
-  M* operator->() const { return module_.get(); }               // the plain module: parameters(), train(), ...
-  const std::shared_ptr<M>& module() const { return module_; }  // the plain module (evaluation)
+  Impl* operator->() const { return module_.get(); }               // the plain module: parameters(), train(), ...
+  const std::shared_ptr<Impl>& module() const { return module_; }  // the plain module (evaluation)
   int stage() const { return reducer_->stage(); }
   size_t bucket_count() const { return reducer_->bucket_count(); }
   const std::shared_ptr<ZeroReducer>& reducer() const { return reducer_; }
@@ -145,8 +154,13 @@ class ZeroDataParallel : public Joinable {
   [[nodiscard]] NoSync no_sync() { return NoSync(reducer_->schedule()); }
 
  private:
-  std::shared_ptr<M> module_;
+  std::shared_ptr<Impl> module_;
   std::shared_ptr<ZeroReducer> reducer_;
 };
+// ZeroDataParallel(net, pg): ZeroDataParallel<Net> for a holder, ZeroDataParallel<NetImpl> for a shared_ptr.
+template <ModuleHolderType H>
+ZeroDataParallel(const H&, std::shared_ptr<ProcessGroup>, ZeroOptions = {}) -> ZeroDataParallel<H>;
+template <typename T>
+ZeroDataParallel(std::shared_ptr<T>, std::shared_ptr<ProcessGroup>, ZeroOptions = {}) -> ZeroDataParallel<T>;
 
 }  // namespace ddp

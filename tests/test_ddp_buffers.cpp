@@ -135,7 +135,7 @@ int forward_through_arrow(int rank, std::shared_ptr<ddp::ProcessGroup> pg) {
   try {
     model->forward(batch(0, rank)).sum().backward();
   } catch (const ddp::Error& e) {
-    message = std::string(e.what()) + " | " + e.hint();
+    message = e.message() + " | " + e.hint();
   }
   if (message.find("without going through DistributedDataParallel") == std::string::npos ||
       message.find("ddp_model(x) or ddp_model.forward(x)") == std::string::npos) {

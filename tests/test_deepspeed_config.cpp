@@ -50,7 +50,7 @@ std::string error_of(const std::function<void()>& f) {
   try {
     f();
   } catch (const ddp::Error& e) {
-    return std::string(e.what()) + " | fix: " + e.hint();
+    return e.message() + " | fix: " + e.hint();
   }
   return "no error";
 }

@@ -40,7 +40,7 @@ int differing_replicas_hint_contains(const std::string& kind, const std::vector<
         } catch (const ddp::Error& e) {
           bool named = std::string(e.what()).find("final weights differ") != std::string::npos;
           for (const auto& words : expected) named = named && e.hint().find(words) != std::string::npos;
-          if (!named) std::fprintf(stderr, "rank %d: %s (fix: %s)\n", rank, e.what(), e.hint().c_str());
+          if (!named) std::fprintf(stderr, "rank %d: %s (fix: %s)\n", rank, e.message().c_str(), e.hint().c_str());
           return named ? 0 : 2;
         }
         std::fprintf(stderr, "rank %d: weights that differ passed the end-of-run check\n", rank);

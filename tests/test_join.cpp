@@ -206,7 +206,7 @@ int zero_refuses(int rank, std::shared_ptr<ddp::ProcessGroup> pg, const std::vec
     ddp::Join join(zero, counts[rank]);
   } catch (const ddp::Error& e) {
     const std::string what = e.what();
-    std::printf("rank %d: %s (fix: %s)\n", rank, e.what(), e.hint().c_str());
+    std::printf("rank %d: %s (fix: %s)\n", rank, e.message().c_str(), e.hint().c_str());
     const bool names_counts = what.find(listing) != std::string::npos;
     const bool names_fix =
         e.hint().find("same number of batches") != std::string::npos && e.hint().find("ddp::Join") != std::string::npos;

@@ -13,6 +13,24 @@
 using ddp::EnvMap;
 using ddp::resolve_launch_env;
 
+// what() carries the fix: a program that prints what() (as most do) shows it; message() and hint()
+// are the two parts.
+TEST(Error, WhatCarriesTheFix) {
+  const ddp::Error e("MASTER_PORT='x' is not a port", "set MASTER_PORT to 1024-65535");
+  EXPECT_STREQ(e.what(), "MASTER_PORT='x' is not a port (fix: set MASTER_PORT to 1024-65535)");
+  EXPECT_EQ(e.message(), "MASTER_PORT='x' is not a port");
+  EXPECT_EQ(e.hint(), "set MASTER_PORT to 1024-65535");
+  const ddp::Error no_fix("nothing to fix");
+  EXPECT_STREQ(no_fix.what(), "nothing to fix");
+  EXPECT_EQ(no_fix.message(), "nothing to fix");
+  try {
+    DDP_CHECK(false, "the check failed", "do this instead");
+    ADD_FAILURE() << "DDP_CHECK(false, ...) did not throw";
+  } catch (const std::exception& caught) {  // as a program catches it
+    EXPECT_STREQ(caught.what(), "the check failed (fix: do this instead)");
+  }
+}
+
 TEST(LaunchEnv, NothingSetIsOneProcess) {
   const auto l = resolve_launch_env({});
   EXPECT_EQ(l.launcher, "none");
@@ -290,7 +308,7 @@ std::string error_of(const ddpw::LaunchValues& me, const ddpw::Options& o) {
   try {
     ddpw::check_launch(me, o);
   } catch (const ddp::Error& e) {
-    return std::string(e.what()) + " (fix: " + e.hint() + ")";
+    return e.message() + " (fix: " + e.hint() + ")";
   }
   return "no error";
 }
@@ -423,7 +441,7 @@ TEST(LaunchEnvHelpers, EnvAndEnvInt) {
     ddp::env_int("WORLD_SIZE");
     ADD_FAILURE() << "accepted WORLD_SIZE=x1";
   } catch (const ddp::Error& e) {
-    EXPECT_STREQ(e.what(), "WORLD_SIZE='x1' is not a whole number");
+    EXPECT_EQ(e.message(), "WORLD_SIZE='x1' is not a whole number");
   }
 }
 

@@ -209,9 +209,9 @@ TEST(HostWait, AStopRequestLetsACollectiveFinishWithinTheGrace) {
 
 TEST(CollectiveError, OneMessageShapeForEveryBackend) {
   const ddp::Error e = ddp::collective_error("stop agreement", 1, 4, 2.04, 600, "NCCL error: remote process exited");
-  EXPECT_STREQ(e.what(),
-               "stop agreement failed on rank 1 of 4 after waiting 2.0 s (timeout 600.0 s): "
-               "NCCL error: remote process exited");
+  EXPECT_EQ(e.message(),
+            "stop agreement failed on rank 1 of 4 after waiting 2.0 s (timeout 600.0 s): "
+            "NCCL error: remote process exited");
   EXPECT_NE(e.hint().find(ddp::setting_name(ddp::Setting::kCollectiveTimeout)), std::string::npos) << e.hint();
   EXPECT_EQ(ddp::collective_error("x", 0, 2, 0, 1, "y", "my hint").hint(), "my hint");
 }
@@ -304,7 +304,7 @@ TEST(HostWait, SigtermDuringAStuckGlooCollectiveEndsTheWaitAfterTheGrace) {
                                     pg->wait_on_host(work, "stuck allreduce");
                                   } catch (const ddp::Error& e) {
                                     const double waited = std::chrono::duration<double>(Clock::now() - start).count();
-                                    std::printf("rank 0 after %.2f s: %s (fix: %s)\n", waited, e.what(),
+                                    std::printf("rank 0 after %.2f s: %s (fix: %s)\n", waited, e.message().c_str(),
                                                 e.hint().c_str());
                                     const std::string what = e.what();
                                     const std::string start_of = "stuck allreduce failed on rank 0 of 2 after waiting";

@@ -351,7 +351,7 @@ TEST(ShardedSnapshot, AnotherProgramsSnapshotIsRefusedNamingBoth) {
                     try {
                       ddpw::load_sharded_snapshot(reader, optimizer);
                     } catch (const ddp::Error& e) {
-                      const std::string all = std::string(e.what()) + " (fix: " + e.hint() + ")";
+                      const std::string all = e.message() + " (fix: " + e.hint() + ")";
                       if (all.find(expected) != std::string::npos &&
                           all.find(ddp::setting_name(ddp::Setting::kFreshStart)) != std::string::npos)
                         return true;

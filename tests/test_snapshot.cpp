@@ -50,7 +50,7 @@ class SnapshotIdentity : public ::testing::Test {
       EXPECT_TRUE(state.has_value());
       EXPECT_EQ(state->epochs_run, 5);
     } catch (const ddp::Error& e) {
-      error = std::string(e.what()) + " (fix: " + e.hint() + ")";
+      error = e.message() + " (fix: " + e.hint() + ")";
     }
     EXPECT_EQ(bytes(writer.snapshot_path), before) << "loading changed the file";
     return error;

@@ -37,7 +37,7 @@ std::string refusal(const ddpw::Options& o, const ddp::LaunchEnv& seen, int gpus
   try {
     ddpw::plan_trainer_launch(o, seen, gpus_visible);
   } catch (const ddp::Error& e) {
-    return std::string(e.what()) + " | fix: " + e.hint();
+    return e.message() + " | fix: " + e.hint();
   }
   return "";
 }

@@ -89,7 +89,7 @@ void expect_error(F f, const std::vector<std::string>& parts) {
     f();
     ADD_FAILURE() << "no error";
   } catch (const ddp::Error& e) {
-    const std::string text = std::string(e.what()) + " (hint: " + e.hint() + ")";
+    const std::string text = e.message() + " (hint: " + e.hint() + ")";
     for (const auto& part : parts) EXPECT_NE(text.find(part), std::string::npos) << text;
     EXPECT_FALSE(e.hint().empty()) << text;
   }

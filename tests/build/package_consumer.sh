@@ -4,7 +4,8 @@
 # own, finds it with find_package(ddpw). Two tests run this script:
 #   build.package_consumer (no argument): builds train_single (plain LibTorch) and train_ddp (the
 #     same loop made distributed); train_single trains, and train_ddp runs under torchrun with 2
-#     ranks on the CPU (Gloo): both ranks end with the same weights, near train_single's.
+#     ranks on the CPU (Gloo): both ranks end with the same weights, near train_single's. The
+#     example finds Torch first; a second project that finds ddpw first is configured too.
 #   build.installed_headers_alone (--headers): each installed public header (include/ddp/*.h; not
 #     include/ddp/detail/, the insides they include) compiles alone (-fsyntax-only), as
 #     tests/build/headers_alone/ checks it; and the public headers are the ones docs/library.md
@@ -66,8 +67,25 @@ if [ "$mode" = --headers ]; then
   exit 0
 fi
 
+# Either order of find_package: examples/train_ddp finds Torch first (built and run below); this
+# project finds ddpw first, with C++20 set for the whole project as many do (configured only, while
+# the first one builds: the same sources, one build).
+mkdir ddpw_first
+cat >ddpw_first/CMakeLists.txt <<EOF
+cmake_minimum_required(VERSION 3.21)
+project(ddpw_first LANGUAGES CXX)
+set(CMAKE_CXX_STANDARD 20)
+find_package(ddpw 0.1 CONFIG REQUIRED)
+find_package(Torch REQUIRED)
+add_executable(train_ddp "$project/train_ddp.cpp")
+target_link_libraries(train_ddp PRIVATE ddpw::ddp)
+EOF
+cmake -S ddpw_first -B ddpw_first/build "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_PREFIX_PATH="$work/prefix" -DTorch_DIR="$torch_dir" >configure_ddpw_first.log 2>&1 &
+other_order=$!
 cmake --build consumer --parallel "$(nproc)" >build.log 2>&1 || show_fail build.log "the consumer's build"
-echo "installed, configured and built the consumer in $(( $(date +%s) - start )) s"
+wait "$other_order" || show_fail configure_ddpw_first.log "the configure of a project that finds ddpw before Torch"
+echo "installed, configured (Torch first, and ddpw first) and built the consumer in $(( $(date +%s) - start )) s"
 command -v torchrun >/dev/null || fail "torchrun not found (scripts/setup.sh installs it in its venv)"
 
 timeout 120 consumer/train_single >single.log 2>&1 || show_fail single.log "train_single"

@@ -1,0 +1,169 @@
+#!/usr/bin/env python3
+"""The pages' code as one C++ translation unit (and their Python snippets as files), so that the
+build compiles every C++ example of every page and the test docs.page_code runs them.
+
+  page_code.py --root ROOT --out FILE.cpp [--context HEADER] [--python-dir DIR] PAGE.md...
+
+A page's fenced blocks, by their info string (docs/tests.md, "The pages' code"):
+  ```cpp            a complete program: its #includes go to the top of FILE.cpp, the rest into a
+                    namespace of its own, with `int main()` renamed; FILE.cpp's own main runs the
+                    program named on its command line (PAGE:LINE, as `--list` prints them).
+  ```cpp fragment   statements: compiled inside a function of their own (never run), where the
+                    names of HEADER's page_context::Context are declared (pg, net, x, ...).
+  ```python         written to DIR as a file of its own, for the test to run.
+  anything else     (bash, text, diff, cmake, none) is not code to compile.
+Each block keeps its page's line numbers (#line), so a compiler error names PAGE:LINE. A ```cpp
+block that is not one of these forms stops the generator, naming it. FILE.cpp is rewritten only
+when its text changes (an unchanged page rebuilds nothing).
+"""
+import argparse
+import os
+import re
+import sys
+
+FENCE = re.compile(r"^(\s*)```(.*)$")
+MAIN = re.compile(r"\bint\s+main\s*\(\s*\)")
+CPP_INFOS = {"cpp", "cpp fragment"}
+
+
+class PageError(Exception):
+    pass
+
+
+def blocks(page, text):
+    """(info, first line number of the code, code lines) for each fenced block of a page."""
+    lines = text.split("\n")
+    i = 0
+    while i < len(lines):
+        m = FENCE.match(lines[i])
+        if not m:
+            i += 1
+            continue
+        indent, info = m.group(1), m.group(2).strip()
+        start = i + 1
+        j = start
+        while j < len(lines) and not re.match(r"^\s*```\s*$", lines[j]):
+            j += 1
+        if j == len(lines):
+            raise PageError(f"{page}:{i + 1}: a ``` block that never closes")
+        code = [line[len(indent):] if line.startswith(indent) else line.lstrip() for line in lines[start:j]]
+        yield info, start + 1, code
+        i = j + 1
+
+
+def ident(page, line):
+    return "page_" + re.sub(r"[^A-Za-z0-9]", "_", page) + f"_{line}"
+
+
+def generate(root, pages, context, python_dir):
+    includes, bodies, programs, python = [], [], [], []
+    seen = {"<cstdio>", "<string>", "<vector>"}  # the driver's own
+    for page in pages:
+        with open(os.path.join(root, page), encoding="utf-8") as f:
+            text = f.read()
+        for info, line, code in blocks(page, text):
+            lang = info.split()[0] if info else ""
+            if lang in ("python", "py"):
+                python.append((f"{page}:{line - 1}", code))
+                continue
+            if lang not in ("cpp", "c++", "cc", "cxx", "C++"):
+                continue
+            where = f"{page}:{line - 1}"
+            if info not in CPP_INFOS:
+                raise PageError(f"{where}: ```{info}: a C++ block is ```cpp (a complete program, with int main()) "
+                                f"or ```cpp fragment (statements); see docs/tests.md")
+            body = []
+            for text_line in code:
+                if text_line.startswith("#include"):
+                    header = re.match(r'#include\s*([<"][^>"]*[>"])', text_line)
+                    key = header.group(1) if header else text_line
+                    if key not in seen:
+                        seen.add(key)
+                        includes.append(text_line)
+                    body.append("")  # keeps the line numbers
+                else:
+                    body.append(text_line)
+            has_main = any(MAIN.search(b) for b in body)
+            name = ident(page, line - 1)
+            if info == "cpp":
+                if not has_main:
+                    raise PageError(f"{where}: a ```cpp block is a complete program and needs int main(); "
+                                    f"mark statements ```cpp fragment")
+                body = [MAIN.sub("int page_main()", b) for b in body]
+                bodies.append(f"namespace {name} {{\n#line {line} \"{page}\"\n" + "\n".join(body) + "\n}  // namespace " + name)
+                programs.append((where, name))
+            else:
+                if has_main:
+                    raise PageError(f"{where}: a ```cpp fragment has int main(); mark a complete program ```cpp")
+                names = "  PAGE_CONTEXT_NAMES(page_context_)\n" if context else ""
+                param = "[[maybe_unused]] page_context::Context& page_context_" if context else ""
+                using = "using namespace page_context;\n" if context else ""
+                bodies.append(f"namespace {name} {{\n{using}[[maybe_unused]] void page_fragment({param}) {{\n{names}"
+                              f"  {{\n#line {line} \"{page}\"\n" + "\n".join(body) + "\n  }\n}\n}  // namespace " + name)
+    out = ["// Generated by tests/page_code.py from the pages' ```cpp blocks: edit the pages, not this file.",
+           "#include <cstdio>", "#include <string>", "#include <vector>"]
+    out += includes
+    if context:
+        out.append(f'#include "{context}"')
+    # A fragment may declare a name the context has (its own optimizer): its block shadows it.
+    out += ["#pragma GCC diagnostic ignored \"-Wshadow\"", ""]
+    out += bodies
+    out += ["", "#line 1 \"page_code_driver\"", "namespace {", "struct PageProgram {", "  const char* where;",
+            "  int (*run)();", "};", "const std::vector<PageProgram>& page_programs() {",
+            "  static const std::vector<PageProgram> programs{"]
+    out += [f"      {{\"{where}\", {name}::page_main}}," for where, name in programs]
+    out += ["  };", "  return programs;", "}", "}  // namespace", "",
+            "// page_examples --list: the complete programs, as PAGE:LINE; page_examples PAGE:LINE runs one.",
+            "int main(int argc, char** argv) {",
+            "  const std::string arg = argc == 2 ? argv[1] : \"\";",
+            "  for (const auto& p : page_programs()) {",
+            "    if (arg == \"--list\") std::puts(p.where);",
+            "    else if (arg == p.where) return p.run();",
+            "  }",
+            "  if (arg == \"--list\") return 0;",
+            "  std::fprintf(stderr, \"usage: %s --list | PAGE:LINE (a complete program of a page, as --list names it)\\n\", argv[0]);",
+            "  return 2;", "}", ""]
+    return "\n".join(out), python
+
+
+def write_if_changed(path, text):
+    try:
+        with open(path, encoding="utf-8") as f:
+            if f.read() == text:
+                return
+    except FileNotFoundError:
+        pass
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--root", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--context", default="")
+    ap.add_argument("--python-dir", default="")
+    ap.add_argument("pages", nargs="+")
+    a = ap.parse_args()
+    try:
+        cpp, python = generate(a.root, a.pages, a.context, a.python_dir)
+    except (PageError, OSError) as e:
+        print(f"page_code.py: {e}", file=sys.stderr)
+        return 1
+    write_if_changed(a.out, cpp)
+    if a.python_dir:
+        os.makedirs(a.python_dir, exist_ok=True)
+        wanted = set()
+        for where, code in python:
+            name = re.sub(r"[^A-Za-z0-9]", "_", where) + ".py"
+            wanted.add(name)
+            write_if_changed(os.path.join(a.python_dir, name), f"# {where}\n" + "\n".join(code) + "\n")
+        for old in os.listdir(a.python_dir):
+            if old.endswith(".py") and old not in wanted:
+                os.remove(os.path.join(a.python_dir, old))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
