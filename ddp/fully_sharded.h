@@ -92,6 +92,8 @@ class FullyShardedEngine {
   void begin_root_forward();
   torch::Tensor end_root_forward(torch::Tensor output);  // output: hooked for backward
   void abandon_root_forward() noexcept;                  // an exception left the root's forward
+  // A floating-point input in the compute dtype (param_dtype), others as they are.
+  torch::Tensor cast_input(const torch::Tensor& input) const;
 
   // no_sync(): while false, backward accumulates full gradients locally.
   void set_gradient_sync(bool enabled) { sync_ = enabled; }
@@ -116,6 +118,15 @@ class FullyShardedEngine {
   struct Impl;  // the engine's state (fully_sharded.cpp)
 
  private:
+  void start_gather(size_t unit);  // the all-gather, asynchronous
+  void gather(size_t unit);        // ... and waited for
+  void reshard(size_t unit);       // the gathered parameters' memory freed
+  torch::Tensor unit_forward(size_t unit, const std::vector<torch::Tensor>& args, const ModuleForward& forward);
+  void pre_backward(size_t unit);
+  void post_backward(size_t unit);  // all of the unit's gradients are ready
+  void finish_backward();
+  std::vector<torch::Tensor> gather_full_float(size_t unit);
+
   std::shared_ptr<torch::nn::Module> root_;
   std::shared_ptr<ProcessGroup> pg_;
   FullyShardedOptions options_;
@@ -138,7 +149,7 @@ class FullyShardedDataParallel {
   auto forward(Args&&... args) -> decltype(std::declval<M&>().forward(std::forward<Args>(args)...)) {
     engine_->begin_root_forward();
     try {
-      auto output = module_->forward(std::forward<Args>(args)...);
+      auto output = module_->forward(cast_input(std::forward<Args>(args))...);
       if constexpr (std::is_same_v<std::decay_t<decltype(output)>, torch::Tensor>) {
         return engine_->end_root_forward(std::move(output));
       } else {
@@ -179,6 +190,15 @@ class FullyShardedDataParallel {
   [[nodiscard]] NoSync no_sync() { return NoSync(*engine_); }
 
  private:
+  template <typename T>
+  decltype(auto) cast_input(T&& arg) {  // floating-point tensors to param_dtype, as fully_shard's policy
+    if constexpr (std::is_same_v<std::decay_t<T>, torch::Tensor>) {
+      return engine_->cast_input(arg);
+    } else {
+      return std::forward<T>(arg);
+    }
+  }
+
   std::shared_ptr<M> module_;
   std::shared_ptr<FullyShardedEngine> engine_;
 };

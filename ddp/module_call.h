@@ -64,7 +64,7 @@ template <typename T>
 auto& module_impl(T& module) {
   if constexpr (requires { module.ptr(); }) {  // ModuleHolder (torch::nn::Linear, TORCH_MODULE(...))
     return *module.ptr();
-  } else if constexpr (requires { module.get(); *module; }) {  // std::shared_ptr<Impl>
+  } else if constexpr (std::is_pointer_v<T> || requires { module.get(); *module; }) {  // Impl*, std::shared_ptr<Impl>
     return *module;
   } else {
     return module;  // the module itself

@@ -1,0 +1,313 @@
+// fsdp_bench: what fully sharded data parallel (ddp::FullyShardedDataParallel) holds per rank and
+// costs per step, next to DDP and ZeRO-2, launched like step 2 (torchrun / mpirun / srun).
+// bench/fsdp_memory runs it for N = 1, 2, 4 ranks and every strategy, with Python's fully_shard
+// (bench/python_fsdp.py) beside it, and writes bench/results/fsdp-*.md and its plot.
+//
+//   torchrun --standalone --nproc_per_node=2 --no-python build/bin/fsdp_bench --strategy fsdp
+//
+// Workload (per rank): a transformer-shaped stack: Linear(width, width) in, `layers` residual blocks
+// of LayerNorm + Linear(width, 4 width) + GELU + Linear(4 width, width), LayerNorm + Linear(width,
+// 10) out; input [batch, seq, width] of random numbers, cross-entropy per position, AdamW.
+// --strategy ddp:       ddp::DistributedDataParallel + ddp::adam_step on the full parameters
+// --strategy zero2:     ddp::ZeroDataParallel stage 2 + ddp::ShardedAdamW
+// --strategy fsdp:      ddp::FullyShardedDataParallel (one unit per block) + ddp::FullyShardedAdamW
+// --strategy fsdp-ckpt: the same with activation checkpointing
+// Printed per run: bytes held per rank between steps, measured from the tensors (parameters,
+// gradients, optimizer state); for FSDP the largest gathered unit; the peak resident memory (VmHWM)
+// and its growth from before the model was built; the median step time (the slowest rank's).
+// The final OK/FAILED line checks a finite loss and, for the replicated strategies, identical
+// parameters on all ranks (FSDP: the gathered state_dict's checksum, the same on every rank).
+#include <torch/torch.h>  // defines: tensors, nn
+
+#include <CLI/CLI.hpp>  // defines: the command line
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "course/run_main.h"                // defines: run_main, exit codes (error.h)
+#include "ddp/config.h"                     // defines: DDPW_TORCH_VERSION
+#include "ddp/device.h"                     // defines: choose_device
+#include "ddp/distributed_data_parallel.h"  // defines: DistributedDataParallel (the baseline)
+#include "ddp/fully_sharded.h"              // defines: FullyShardedDataParallel, FullyShardedAdamW
+#include "ddp/launch_env.h"                 // defines: resolve_launch_env
+#include "ddp/module_call.h"                // defines: ddp::call, the blocks' call site
+#include "ddp/process_group.h"              // defines: ProcessGroup
+#include "ddp/sharded_adamw.h"              // defines: ShardedAdamW
+#include "ddp/zero_data_parallel.h"         // defines: ZeroDataParallel
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr double kMiB = 1024.0 * 1024.0;
+
+struct BlockImpl : torch::nn::Module {
+  explicit BlockImpl(int64_t d) {
+    ln = register_module("ln", torch::nn::LayerNorm(torch::nn::LayerNormOptions({d})));
+    fc = register_module("fc", torch::nn::Linear(d, 4 * d));
+    proj = register_module("proj", torch::nn::Linear(4 * d, d));
+  }
+  torch::Tensor forward(torch::Tensor x) { return x + proj(torch::gelu(fc(ln(x)))); }
+  torch::nn::LayerNorm ln{nullptr};
+  torch::nn::Linear fc{nullptr}, proj{nullptr};
+};
+TORCH_MODULE(Block);
+
+struct StackImpl : torch::nn::Module {
+  StackImpl(int64_t d, int layers) {
+    in = register_module("in", torch::nn::Linear(d, d));
+    for (int i = 0; i < layers; ++i) blocks.push_back(register_module("blocks" + std::to_string(i), Block(d)));
+    ln_f = register_module("ln_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({d})));
+    head = register_module("head", torch::nn::Linear(d, 10));
+  }
+  torch::Tensor forward(torch::Tensor x) {
+    auto h = in(x);
+    for (auto& b : blocks) h = ddp::call(b, h);
+    return head(ln_f(h));
+  }
+  torch::nn::Linear in{nullptr}, head{nullptr};
+  std::vector<Block> blocks;
+  torch::nn::LayerNorm ln_f{nullptr};
+};
+
+struct BenchOptions {
+  std::string strategy = "fsdp";
+  int64_t width = 256;
+  int layers = 8;
+  int batch_size = 8;
+  int64_t seq = 64;
+  int warmup = 2;
+  int steps = 8;
+  int threads = 1;
+  std::string device = "auto";
+  double timeout_s = 300;
+  bool no_header = false;
+};
+
+BenchOptions parse(int argc, char** argv) {
+  BenchOptions o;
+  CLI::App app{"FSDP against DDP and ZeRO-2: bytes and peak memory per rank, step time; launch with torchrun",
+               "fsdp_bench"};
+  app.option_defaults()->always_capture_default();
+  app.add_option("--strategy", o.strategy, "ddp, zero2, fsdp or fsdp-ckpt")
+      ->check(CLI::IsMember({"ddp", "zero2", "fsdp", "fsdp-ckpt"}));
+  app.add_option("--width", o.width, "Model width")->check(CLI::Range(int64_t{8}, int64_t{16384}));
+  app.add_option("--layers", o.layers, "Blocks")->check(CLI::Range(1, 1000));
+  app.add_option("--batch-size", o.batch_size, "Sequences per step per rank")->check(CLI::Range(1, 1 << 20));
+  app.add_option("--seq", o.seq, "Positions per sequence")->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  app.add_option("--warmup", o.warmup, "Untimed steps first")->check(CLI::Range(0, 1 << 20));
+  app.add_option("--steps", o.steps, "Timed steps")->check(CLI::Range(1, 1 << 20));
+  app.add_option("--threads", o.threads, "Intra-op threads per rank")->check(CLI::Range(1, 1024));
+  app.add_option("--device", o.device, "auto, cpu, cuda or cuda:N");
+  app.add_option("--timeout", o.timeout_s, "Seconds before a rendezvous or collective is declared hung")
+      ->check(CLI::Range(0.1, 86400.0));
+  app.add_flag("--no-header", o.no_header, "Print only the result row (bench/fsdp_memory joins runs)");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    std::exit(app.exit(e));
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "fsdp_bench: error: %s (fix: see fsdp_bench --help)\n", e.what());
+    std::exit(ddp::kExitUsage);
+  }
+  return o;
+}
+
+std::pair<int64_t, int64_t> resident_memory() {  // VmRSS, VmHWM in bytes
+  std::ifstream in("/proc/self/status");
+  int64_t now = 0, peak = 0;
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("VmRSS:", 0) == 0) now = std::stoll(line.substr(6)) * 1024;
+    if (line.rfind("VmHWM:", 0) == 0) peak = std::stoll(line.substr(6)) * 1024;
+  }
+  return {now, peak};
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+std::vector<double> gather(ddp::ProcessGroup& pg, double mine) {  // every rank's value, in rank order
+  auto all = torch::zeros({pg.size()}, torch::kFloat64);
+  all[pg.rank()] = mine;
+  auto on_device = all.to(pg.device());
+  pg.allreduce_sum(on_device, "gathering the measurements");
+  auto cpu = on_device.cpu();
+  return std::vector<double>(cpu.data_ptr<double>(), cpu.data_ptr<double>() + pg.size());
+}
+
+int64_t bytes_of(const torch::Tensor& t) { return t.defined() ? static_cast<int64_t>(t.nbytes()) : 0; }
+
+int run(const BenchOptions& o, ddp::ProcessGroup& pg, const torch::Device& device) {
+  const int rank = pg.rank(), world = pg.size();
+  const int64_t rss_before = resident_memory().first;
+  std::shared_ptr<ddp::ProcessGroup> pg_ref(&pg, [](ddp::ProcessGroup*) {});  // not owned
+  torch::manual_seed(0);
+  auto model = std::make_shared<StackImpl>(o.width, o.layers);
+  model->to(device);
+  int64_t numel = 0;
+  for (const auto& p : model->parameters()) numel += p.numel();
+  const ddp::AdamOptions adam{.lr = 1e-4, .weight_decay = 0.01};
+
+  std::unique_ptr<ddp::DistributedDataParallel<StackImpl>> ddp_model;
+  std::vector<torch::Tensor> moments_m, moments_v;
+  std::unique_ptr<ddp::ZeroDataParallel<StackImpl>> zero_model;
+  std::unique_ptr<ddp::ShardedAdamW> sharded;
+  std::unique_ptr<ddp::FullyShardedDataParallel<StackImpl>> fsdp_model;
+  std::unique_ptr<ddp::FullyShardedAdamW> fsdp_adam;
+  if (o.strategy == "ddp") {
+    ddp_model = std::make_unique<ddp::DistributedDataParallel<StackImpl>>(model, pg_ref);
+    for (const auto& p : model->parameters()) {
+      moments_m.push_back(torch::zeros_like(p));
+      moments_v.push_back(torch::zeros_like(p));
+    }
+  } else if (o.strategy == "zero2") {
+    ddp::ZeroOptions options;
+    options.stage = 2;
+    zero_model = std::make_unique<ddp::ZeroDataParallel<StackImpl>>(model, pg_ref, options);
+    sharded = std::make_unique<ddp::ShardedAdamW>(*zero_model, adam);
+  } else {
+    ddp::FullyShardedOptions options;
+    options.checkpoint_activations = o.strategy == "fsdp-ckpt";
+    std::vector<std::shared_ptr<torch::nn::Module>> units;
+    for (auto& b : model->blocks) units.push_back(b.ptr());
+    fsdp_model = std::make_unique<ddp::FullyShardedDataParallel<StackImpl>>(model, units, pg_ref, options);
+    fsdp_adam = std::make_unique<ddp::FullyShardedAdamW>(*fsdp_model, adam);
+  }
+
+  std::vector<double> times;
+  double last_loss = NAN;
+  int64_t step_count = 0;
+  for (int step = 0; step < o.warmup + o.steps; ++step) {
+    auto gen = at::detail::createCPUGenerator(1000 * step + rank);
+    const auto x = torch::randn({o.batch_size, o.seq, o.width}, gen).to(device);
+    const auto y = torch::randint(0, 10, {o.batch_size * o.seq}, gen).to(device);
+    const auto t0 = Clock::now();
+    torch::Tensor loss;
+    if (ddp_model) {
+      for (auto& p : model->parameters()) p.mutable_grad().reset();
+      loss = torch::cross_entropy_loss((*ddp_model)(x).view({-1, 10}), y);
+      loss.backward();
+      torch::NoGradGuard no_grad;
+      std::vector<torch::Tensor> params, grads;
+      for (auto& p : model->parameters()) {
+        params.push_back(p.detach());
+        grads.push_back(p.grad());
+      }
+      ddp::adam_step(params, grads, moments_m, moments_v, ++step_count, adam);
+    } else if (zero_model) {
+      sharded->zero_grad();
+      loss = torch::cross_entropy_loss((*zero_model)(x).view({-1, 10}), y);
+      loss.backward();
+      sharded->step();
+    } else {
+      fsdp_adam->zero_grad();
+      loss = torch::cross_entropy_loss((*fsdp_model)(x).view({-1, 10}), y);
+      loss.backward();
+      fsdp_adam->step();
+    }
+    if (device.is_cuda()) torch::cuda::synchronize(device.index());
+    if (step >= o.warmup) times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+    if (step == o.warmup + o.steps - 1) last_loss = loss.item<double>();
+  }
+  auto slowest = torch::tensor(times, torch::kFloat64).to(device);
+  {
+    std::vector<torch::Tensor> t{slowest};
+    c10d::AllreduceOptions max;
+    max.reduceOp = c10d::ReduceOp::MAX;
+    pg.wait(pg.backend().allreduce(t, max), "allreduce of the step times");
+  }
+  const auto step_times = slowest.cpu();
+  const double step_ms =
+      median(std::vector<double>(step_times.data_ptr<double>(), step_times.data_ptr<double>() + times.size())) * 1e3;
+
+  // Bytes held per rank between steps, from the tensors.
+  int64_t param_bytes = 0, grad_bytes = 0, state_bytes = 0, largest_unit = 0;
+  if (ddp_model) {
+    for (const auto& p : model->parameters()) {
+      param_bytes += bytes_of(p);
+      grad_bytes += bytes_of(p.grad());
+    }
+    for (size_t i = 0; i < moments_m.size(); ++i) state_bytes += bytes_of(moments_m[i]) + bytes_of(moments_v[i]);
+  } else if (zero_model) {
+    for (const auto& p : model->parameters()) param_bytes += bytes_of(p);
+    for (const auto& b : zero_model->reducer()->buckets()) grad_bytes += bytes_of(b.grads) + bytes_of(b.grad_shard);
+    state_bytes = sharded->state_bytes();
+  } else {
+    for (const auto& s : fsdp_model->parameters()) {
+      param_bytes += bytes_of(s);
+      grad_bytes += bytes_of(s.grad());
+    }
+    param_bytes += fsdp_model->engine()->gathered_bytes();  // 0 between steps
+    state_bytes = fsdp_adam->state_bytes();
+    for (const auto& u : fsdp_model->engine()->units()) largest_unit = std::max(largest_unit, u.padded_numel * 4);
+  }
+  const int64_t rss_peak = resident_memory().second;
+  const auto peaks = gather(pg, static_cast<double>(rss_peak));
+  const auto growths = gather(pg, static_cast<double>(rss_peak - rss_before));
+  const auto totals = gather(pg, static_cast<double>(param_bytes + grad_bytes + state_bytes));
+
+  // Correctness: every rank ends with the same model.
+  double sum = 0;
+  if (fsdp_model) {
+    const auto full = fsdp_model->full_state_dict();  // rank 0 only: broadcast its checksum below
+    for (const auto& [name, t] : full) sum += t.to(torch::kFloat64).sum().item<double>();
+  } else {
+    torch::NoGradGuard no_grad;
+    for (const auto& p : model->parameters()) sum += p.detach().to(torch::kCPU, torch::kFloat64).sum().item<double>();
+  }
+  const auto sums = gather(pg, sum);
+  const bool same = fsdp_model || std::all_of(sums.begin(), sums.end(), [&](double s) { return s == sums[0]; });
+  const bool ok = same && std::isfinite(last_loss) && std::isfinite(sums[0]);
+
+  if (rank == 0) {
+    if (!o.no_header) {
+      std::printf("# fsdp_bench: LibTorch %s, backend %s, device %s, %d thread(s) per rank\n", DDPW_TORCH_VERSION,
+                  pg.backend_name().c_str(), device.str().c_str(), o.threads);
+      std::printf(
+          "# stack of %d blocks, width %lld, %lld parameters (%.1f MiB float32), batch %d x %lld positions per rank, "
+          "AdamW; %d warm-up + %d timed steps; bytes per rank from the tensors (max over ranks); peak RSS = VmHWM\n",
+          o.layers, static_cast<long long>(o.width), static_cast<long long>(numel), numel * 4 / kMiB, o.batch_size,
+          static_cast<long long>(o.seq), o.warmup, o.steps);
+      std::printf("# ranks  strategy  params+grads+state  largest unit  peak RSS  RSS growth  step median\n");
+      std::printf("#                              (MiB)         (MiB) (MiB,max)   (MiB,max)         (ms)\n");
+    }
+    std::printf("%7d %9s %19.2f %13.2f %9.0f %11.0f %12.1f\n", world, o.strategy.c_str(),
+                *std::max_element(totals.begin(), totals.end()) / kMiB, largest_unit / kMiB,
+                *std::max_element(peaks.begin(), peaks.end()) / kMiB,
+                *std::max_element(growths.begin(), growths.end()) / kMiB, step_ms);
+    if (ok)
+      std::printf("# OK (final loss %.4g)\n", last_loss);
+    else
+      std::printf("# FAILED: %s\n", same ? "the loss is not finite" : "parameters differ between ranks");
+    std::fflush(stdout);
+  }
+  return ok ? ddp::kExitOk : ddp::kExitError;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const BenchOptions o = parse(argc, argv);
+  const char* rank = std::getenv("RANK");
+  return ddpw::run_main(
+      [&] {
+        const auto launch = ddp::resolve_launch_env(ddp::current_environment());
+        if (!launch.warning.empty()) std::fprintf(stderr, "warning: %s\n", launch.warning.c_str());
+        torch::set_num_threads(o.threads);
+        const torch::Device device = ddp::choose_device(o.device, launch.local_rank);
+        ddp::ProcessGroupOptions pg_options;
+        pg_options.rendezvous_timeout = pg_options.collective_timeout =
+            std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000));
+        auto pg = ddp::init_process_group(launch, device, pg_options);
+        return run(o, *pg, device);
+      },
+      std::string("[fsdp_bench rank ") + (rank ? rank : "?") + "]");
+}

@@ -1,0 +1,238 @@
+// FullyShardedDataParallel (ddp/fully_sharded.h) against one process: N ranks (separate processes,
+// Gloo) train a small transformer-like float32 model (an input layer, three residual blocks of
+// LayerNorm + two Linear layers of unequal widths, a final LayerNorm and head; 588 parameters, no
+// unit's count (91, 143, 245, 109) divisible by 2, 3 or 4) on their shares of each global batch; one process trains the
+// same model on the whole batch with the same AdamW (ddp::adam_step). After 3 steps the full
+// state_dict gathered on rank 0 equals the reference within 1e-6 (float32; the sums of the
+// gradients differ in order). Variants in one process group per world size: reshard after forward
+// or not (and prefetch off), activation checkpointing (its result also equals the run without it),
+// gradient accumulation under no_sync() with checkpointing. Also: each rank's 1/N, resume from a
+// sharded snapshot on another world size, the refusals, and Python's torch.load reading the
+// gathered state_dict (PythonBridgeFsdp, label integration).
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <torch/torch.h>
+
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <string>
+
+#include "ddp/files.h"
+#include "ddp/fully_sharded.h"
+#include "ddp/module_call.h"
+#include "ddp/weights_io.h"
+#include "fsdp_scenarios.h"
+#include "multiprocess.h"
+
+namespace fully_sharded_tests {
+
+using namespace fsdp_scenarios;  // TinyNet, batch, reference, train_fsdp, ...: shared with the GPU suite
+
+TEST(FullyShardedEquivalence, OneTwoThreeFourRanksEqualOneProcess) {
+  const char* const phases[] = {"1 rank", "2 ranks", "3 ranks", "4 ranks"};
+  for (int n = 1; n <= 4; ++n) {
+    SCOPED_TRACE(phases[n - 1]);
+    EXPECT_EQ(ddp_test::run_ranks(n, equals_one_process, std::chrono::seconds(60), phases[n - 1]), 0);
+  }
+}
+
+// Each rank keeps 1/N of the parameters, gradients and Adam's moments (padded per unit).
+TEST(FullyShardedEquivalence, EachRankHoldsItsShare) {
+  EXPECT_EQ(ddp_test::run_ranks(
+                3,
+                [](int, auto pg) {
+                  auto net = make_net();
+                  int64_t numel = 0;
+                  for (const auto& p : net->parameters()) numel += p.numel();
+                  ddp::FullyShardedDataParallel<TinyNetImpl> model(net, units_of(*net), pg);
+                  ddp::FullyShardedAdamW optimizer(model, kAdam);
+                  auto [x, y] = my_share(batch(0), pg->rank(), 3);
+                  torch::nn::functional::cross_entropy(model(x), y).backward();
+                  optimizer.step();
+                  int64_t shard = 0, padded = 0;
+                  for (const auto& u : model.engine()->units()) {
+                    shard += u.shard_numel;
+                    padded += u.padded_numel;
+                  }
+                  const int64_t expected = (shard * 4) * 4;  // param + grad + 2 moments, float32
+                  const int64_t held = model.engine()->shard_bytes() + optimizer.state_bytes();
+                  std::printf("rank %d: %lld bytes held of the full %lld (numel %lld, padded %lld)\n", pg->rank(),
+                              static_cast<long long>(held), static_cast<long long>(numel * 16),
+                              static_cast<long long>(numel), static_cast<long long>(padded));
+                  const bool ok = held == expected && padded - numel < 3 * 4 && shard * 3 == padded &&
+                                  model.engine()->gathered_bytes() == 0;
+                  return ok ? 0 : 1;
+                }),
+            0);
+}
+
+// Snapshot with 2 ranks after 2 steps, resume with 3 ranks for a third: equals 3 steps in one process.
+TEST(FullyShardedEquivalence, ResumesOnAnotherWorldSize) {
+  const std::string dir = ddp_test::shared_test_dir();
+  ASSERT_FALSE(dir.empty());
+  const std::string path = dir + "/fsdp.json";
+  auto run = [&](int n, int from, int to, const std::string& phase) {
+    return ddp_test::run_ranks(
+        n,
+        [&, from, to](int rank, auto pg) {
+          auto net = make_net();
+          ddp::FullyShardedDataParallel<TinyNetImpl> model(net, units_of(*net), pg);
+          ddp::FullyShardedAdamW optimizer(model, kAdam);
+          if (from > 0) {
+            const auto state = ddp::load_fully_sharded_snapshot(path, optimizer);
+            if (!state || state->epochs_run != 1 || optimizer.steps_taken() != from) return 1;
+          }
+          for (int s = from; s < to; ++s) {
+            optimizer.zero_grad();
+            auto [x, y] = my_share(batch(s), rank, n);
+            torch::nn::functional::cross_entropy(model(x), y).backward();
+            optimizer.step();
+          }
+          if (from == 0) {
+            ddp::save_fully_sharded_snapshot(path, optimizer, {.epochs_run = 1, .world_size = n});
+            return 0;
+          }
+          const auto full = model.full_state_dict();
+          if (rank != 0) return 0;
+          const double diff = max_difference(full, reference(to, 1));
+          std::printf("resumed on %d ranks: max |fsdp - one process| = %.3g\n", n, diff);
+          return diff <= kTolerance ? 0 : 1;
+        },
+        std::chrono::seconds(60), phase);
+  };
+  EXPECT_EQ(run(2, 0, 2, "save"), 0);
+  EXPECT_EQ(run(3, 2, 3, "resume"), 0);
+  ddp::remove_tree(dir);
+}
+
+bool fails_with(const std::function<void()>& f, const std::string& expected) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    if (std::string(e.what()).find(expected) != std::string::npos) return true;
+    std::fprintf(stderr, "unexpected error: %s\n", e.what());
+    return false;
+  }
+  std::fprintf(stderr, "no error, expected one with \"%s\"\n", expected.c_str());
+  return false;
+}
+
+struct TiedImpl : torch::nn::Module {  // two blocks sharing one Linear
+  TiedImpl() {
+    a = register_module("a", Block(4, 3));
+    b = register_module("b", Block(4, 3));
+    b->fc1 = b->replace_module("fc1", a->fc1);
+  }
+  torch::Tensor forward(torch::Tensor x) { return ddp::call(b, ddp::call(a, x)); }
+  Block a{nullptr}, b{nullptr};
+};
+
+// The refusals, each naming the fix; then the same model still trains, and in bfloat16.
+TEST(FullyShardedEquivalence, RefusalsAndBf16) {
+  EXPECT_EQ(ddp_test::run_ranks(
+                1,
+                [](int, auto pg) {
+                  bool ok = true;
+                  auto tied = std::make_shared<TiedImpl>();
+                  ok &= fails_with(
+                      [&] {
+                        ddp::FullyShardedDataParallel<TiedImpl> m(tied, {tied->a.ptr(), tied->b.ptr()}, pg);
+                      },
+                      "is in two units");
+                  auto net = make_net();
+                  auto stranger = Block(8, 2);
+                  ok &= fails_with(
+                      [&] { ddp::FullyShardedDataParallel<TinyNetImpl> m(net, {stranger.ptr()}, pg); },
+                      "is not a submodule");
+                  ok &= fails_with(
+                      [&] {
+                        ddp::FullyShardedDataParallel<TinyNetImpl> m(net, {net->blocks[0].ptr(), net->blocks[0]->fc1.ptr()},
+                                                                      pg);
+                      },
+                      "lies inside the unit");
+                  ddp::FullyShardedDataParallel<TinyNetImpl> model(net, units_of(*net), pg);
+                  ok &= fails_with([&] { ddp::call(net->blocks[1], torch::randn({2, 8})); }, "outside the wrapped model's forward");
+                  ok &= fails_with(
+                      [&] { ddp::FullyShardedDataParallel<TinyNetImpl> again(net, units_of(*net), pg); },
+                      "already has an interceptor");
+                  // Still trains after the refusals.
+                  auto out = model(torch::randn({2, 5}));
+                  out.sum().backward();
+                  ok &= model.engine()->gathered_bytes() == 0;
+                  // Computing in bfloat16, reducing in float32: near the float32 run, shards float32.
+                  ddp::FullyShardedOptions o;
+                  o.param_dtype = torch::kBFloat16;
+                  o.reduce_dtype = torch::kFloat32;
+                  const auto bf16 = train_fsdp(pg, Variant{"bf16"}, 2, o);
+                  const double diff = max_difference(bf16, reference(2, 1));
+                  std::printf("bf16 compute vs float32: max difference %.3g (bound 3e-2)\n", diff);
+                  ok &= diff <= 3e-2 && diff > 0 && bf16.front().second.scalar_type() == torch::kFloat32;
+                  return ok ? 0 : 1;
+                }),
+            0);
+}
+
+// ddp::call without an interceptor is the module's forward (holder, shared_ptr, the module itself).
+TEST(ModuleCall, PassesThroughWithoutAnInterceptor) {
+  torch::manual_seed(0);
+  Block block(4, 3);
+  auto x = torch::randn({2, 4});
+  const auto expected = block->forward(x);
+  EXPECT_TRUE(torch::equal(ddp::call(block, x), expected));
+  EXPECT_TRUE(torch::equal(ddp::call(block.ptr(), x), expected));
+  EXPECT_TRUE(torch::equal(ddp::call(*block, x), expected));
+  // With one: it sees the tensor arguments and can rerun the forward with others.
+  int calls = 0;
+  {
+    ddp::CallInterception hook(*block, [&](torch::nn::Module&, const std::vector<torch::Tensor>& args,
+                                           const ddp::ModuleForward& forward) {
+      ++calls;
+      return forward({args[0] * 2});
+    });
+    EXPECT_TRUE(torch::equal(ddp::call(block, x), block->forward(x * 2)));
+  }
+  EXPECT_EQ(calls, 1);
+  EXPECT_TRUE(torch::equal(ddp::call(block, x), expected));  // unregistered with the hook's end
+}
+
+#ifdef DDPW_TEST_PYTHON
+const char* const kPython = DDPW_TEST_PYTHON;
+#else
+const char* const kPython = "";
+#endif
+
+// The full state_dict gathered on rank 0 of 3 is a file Python's torch.load (weights_only) reads,
+// equal to the one-process model's state_dict.
+TEST(PythonBridgeFsdp, PythonLoadsTheGatheredStateDict) {
+  if (std::string(kPython).empty()) GTEST_SKIP() << "no python3 with torch was found by the configure";
+  const std::string dir = ddp_test::shared_test_dir();
+  ASSERT_FALSE(dir.empty());
+  ASSERT_EQ(ddp_test::run_ranks(3,
+                                [&](int rank, auto pg) {
+                                  const auto full = train_fsdp(pg, Variant{"plain"}, 2);
+                                  if (rank == 0) {
+                                    std::ofstream(dir + "/fsdp.pt", std::ios::binary) << ddp::tensor_dict_to_bytes(full);
+                                    std::ofstream(dir + "/one.pt", std::ios::binary)
+                                        << ddp::tensor_dict_to_bytes(reference(2, 1));
+                                  }
+                                  return 0;
+                                }),
+            0);
+  const std::string script =
+      "import sys, torch\n"
+      "a = torch.load(sys.argv[1], weights_only=True); b = torch.load(sys.argv[2], weights_only=True)\n"
+      "assert list(a) == list(b), (list(a), list(b))\n"
+      "assert 'blocks1.fc1.weight' in a and a['blocks1.fc1.weight'].shape == (13, 8)\n"
+      "worst = max((a[k] - b[k]).abs().max().item() for k in a)\n"
+      "print(len(a), 'tensors, max difference', worst); sys.exit(0 if worst <= 2e-5 else 1)\n";
+  std::ofstream(dir + "/check.py") << script;
+  const std::string command = "timeout 120 '" + std::string(kPython) + "' " + dir + "/check.py " + dir + "/fsdp.pt " +
+                              dir + "/one.pt";
+  const int status = std::system(command.c_str());
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  ddp::remove_tree(dir);
+}
+
+}  // namespace fully_sharded_tests
