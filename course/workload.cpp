@@ -125,7 +125,8 @@ Workload gpt(const Options& o) {
               "--precision fp16 needs an optimizer that takes a GradScaler; the GPT's AdamW "
               "(LibTorch's) does not",
               "use --precision bf16 (no loss scaling), or fp16 with ZeRO's ShardedAdamW");
-    return std::make_unique<torch::optim::AdamW>(m.parameters(), torch::optim::AdamWOptions(lr).weight_decay(0.1));
+    // No weight decay: the same AdamW as the ZeRO and FSDP programs' (adam_options' defaults, zero_settings.h).
+    return std::make_unique<torch::optim::AdamW>(m.parameters(), torch::optim::AdamWOptions(lr).weight_decay(0));
   };
   const int64_t vocab = config.vocab;
   w.loss = amp.wrap([vocab](const torch::Tensor& logits, const torch::Tensor& target) {
