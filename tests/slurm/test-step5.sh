@@ -66,4 +66,4 @@ for site_ranks in puhti:8 delta:4 roihu:8; do
   expect_lines "${site_ranks##*:}" "kept between steps: .*FSDP over ${site_ranks##*:} ranks"
 done
 echo "PASS: clusters/puhti/step5.sbatch (ddp, zero2, a refused --gpus) and clusters/delta/step5.sbatch (zero1, a refused" \
-     "--nodes, the placeholder account): the trainer under srun on 2 nodes"
+     "--nodes, the placeholder account): the trainer under srun on 2 nodes; step6.sbatch of puhti, delta, roihu (FSDP)"
