@@ -235,6 +235,15 @@ ddpw_check_data() {
   done
 }
 
+# ddpw_text: DDPW_TEXT, the GPT's text (--model gpt): a plain text file, or a folder of fortune files
+# (Debian's fortunes package puts them in /usr/share/games/fortunes, where a compute node may have none).
+ddpw_text() {
+  DDPW_TEXT=${DDPW_TEXT:-/usr/share/games/fortunes}
+  [ -e "$DDPW_TEXT" ] ||
+    ddpw_die "$DDPW_TEXT missing: copy /usr/share/games/fortunes from a machine with Debian's fortunes package (or any plain text file) to the project folder and set DDPW_TEXT to it"
+  echo "# text $DDPW_TEXT"
+}
+
 # ddpw_run [--torchrun] CMD...
 # Runs CMD (srun/mpirun ...) in the background so this shell can catch the signals Slurm sends it:
 # `#SBATCH --signal=B:USR1@120` signals only the batch shell, 120 s before the time limit. The trap

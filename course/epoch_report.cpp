@@ -110,18 +110,55 @@ void EpochReporter::end_epoch(EpochLog& log, Model& model) {
                m.epoch, train_loss, eval.loss, m.samples_per_s, slowest, data_percent);
 }
 
-void EpochReporter::end_training(Model& model) {
-  if (trace_) {  // every rank takes part (the timelines are gathered); rank 0 writes the file
-    const std::string written = trace_->write(pg_);
-    if (!written.empty()) print("{}", written);
-    trace_.reset();
-  }
+namespace {
+double weights_checksum(torch::nn::Module& model) {
   torch::NoGradGuard no_grad;
   double checksum = 0;  // position-weighted, so swapped values change it too
   for (const auto& p : model.parameters()) {
     auto flat = p.detach().to(torch::kCPU, torch::kFloat64).reshape({-1});
     checksum += (flat * torch::arange(1, flat.numel() + 1, torch::kFloat64)).sum().item<double>();
   }
+  return checksum;
+}
+}  // namespace
+
+void EpochReporter::end_training(const TensorDict& gathered) {
+  if (trace_) {  // every rank takes part (the timelines are gathered); rank 0 writes the file
+    const std::string written = trace_->write(pg_);
+    if (!written.empty()) print("{}", written);
+    trace_.reset();
+  }
+  if (launch_.global_rank != 0) return;
+  auto model = workload_.make_model(torch::kCPU);
+  {
+    torch::NoGradGuard no_grad;
+    auto params = model->named_parameters(), buffers = model->named_buffers();
+    for (const auto& [name, tensor] : gathered) {
+      torch::Tensor* target = params.find(name) ? params.find(name) : buffers.find(name);
+      DDP_CHECK(target, "the gathered weights hold " + name + ", which the model does not have",
+                "gather the weights of the workload's own model (full_state_dict of its wrapper)");
+      target->copy_(tensor);
+    }
+    DDP_CHECK(gathered.size() == params.size() + buffers.size(),
+              "the gathered weights hold " + std::to_string(gathered.size()) + " tensors, the model " +
+                  std::to_string(params.size() + buffers.size()),
+              "pass the wrapper's full_state_dict() on every rank");
+  }
+  fmt::print("{} final weights checksum {:.17g} (gathered on rank 0)\n", tag_, weights_checksum(*model));
+  if (!options_.export_weights_path.empty()) {
+    export_weights(options_.export_weights_path, *model);
+    fmt::print("{} Weights exported to {} (Python: torch.load; see python/README.md)\n", tag_,
+               options_.export_weights_path);
+  }
+}
+
+void EpochReporter::end_training(Model& model) {
+  if (trace_) {  // every rank takes part (the timelines are gathered); rank 0 writes the file
+    const std::string written = trace_->write(pg_);
+    if (!written.empty()) print("{}", written);
+    trace_.reset();
+  }
+  const double checksum = weights_checksum(model);
   fmt::print("{} final weights checksum {:.17g}\n", tag_, checksum);
   if (pg_) {
     auto root = torch::tensor({checksum}, torch::kFloat64).to(device_);

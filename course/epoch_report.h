@@ -20,6 +20,7 @@
 #include "course/workload.h"
 #include "ddp/data.h"
 #include "ddp/launch_env.h"
+#include "ddp/torch_pickle.h"
 
 namespace ddp {
 class ProcessGroup;
@@ -84,6 +85,11 @@ class EpochReporter {
   // ranks compare theirs with rank 0's: a mismatch is an error. Then, with --export-weights, rank
   // 0 writes the model's state_dict for Python (weights_io.h).
   void end_training(Model& model);
+  // The same for a model no rank holds whole (FSDP): `gathered` is its full state_dict on rank 0
+  // (empty on the others, as FullyShardedDataParallel::full_state_dict gives it). Rank 0 loads it
+  // into a fresh copy of the workload's model, prints its checksum and exports it; there are no
+  // replicas to compare.
+  void end_training(const ddp::TensorDict& gathered);
 
  private:
   const Options& options_;

@@ -28,6 +28,19 @@ namespace {
   std::exit(2);
 }
 
+// --model and --dataset, each from the other when one is missing; a pair that cannot train is refused.
+void resolve_model(const std::string& program, Options& o, bool dataset_given) {
+  if (o.model == "gpt" && !dataset_given) o.dataset = "fortunes";
+  const std::string own = o.dataset == "synthetic" ? "linear" : o.dataset == "fortunes" ? "gpt" : "cnn";
+  if (o.model.empty()) o.model = own;
+  if (o.model == own) return;
+  const std::string datasets = o.model == "gpt"   ? "fortunes (a text)"
+                               : o.model == "cnn" ? "mnist, fashion-mnist or synthetic-images"
+                                                  : "synthetic";
+  usage_error(program, "--model " + o.model + " does not train on --dataset " + o.dataset,
+              "give --dataset " + datasets + ", or leave --dataset out");
+}
+
 std::string format_number(double v) {
   std::ostringstream out;
   out << std::setprecision(15) << v;
@@ -163,6 +176,10 @@ std::string unoffered_option_fix(const ProgramId& p, const std::string& error) {
     if (p.kind == "exercise" && p.step == 4) return todo(4, "offer the ZeRO options (ddpw::kZeroOptions)");
     return "--zero and --deepspeed-config are ZeRO's: run step4_sharded, or step5_trainer --strategy zero2";
   }
+  if (mentions("--reshard-after-forward") || mentions("--checkpoint-activations") || mentions("--accumulate")) {
+    if (p.kind == "exercise" && p.step == 6) return todo(6, "offer the FSDP options (ddpw::kFsdpOptions)");
+    return "--reshard-after-forward, --checkpoint-activations and --accumulate are FSDP's: run step6_fully_sharded";
+  }
   if (mentions("--strategy") || mentions("--gpus") || mentions("--devices") || mentions("--nodes") ||
       mentions("--epochs")) {
     if (p.kind == "exercise" && p.step == 5) return todo(5, "offer Lightning's options (ddpw::kTrainerOptions)");
@@ -227,6 +244,7 @@ Options parse_options(int argc, char** argv, const std::string& description, uns
   CLI::Option* log_every = nullptr;
   CLI::Option* epochs_given = nullptr;
   CLI::Option* precision = nullptr;
+  CLI::Option* dataset = nullptr;
   CLI::Option* save_every_given = nullptr;
   int epochs_flag = 0;
   if (groups & kTrainingOptions) {
@@ -254,11 +272,22 @@ Options parse_options(int argc, char** argv, const std::string& description, uns
                      ->default_str("")
                      ->check(whole("--batch-size", 1, 1 << 20));
     app.add_option("--device", o.device, "auto (CUDA if available, else CPU), cpu, cuda or cuda:N");
-    app.add_option("--dataset", o.dataset,
-                   "Workload: synthetic (Linear(20,1)), mnist or fashion-mnist (the CNN), or synthetic-images "
-                   "(generated 28x28 images for the CNN, 1.2 M parameters, no download)")
-        ->check(CLI::IsMember({"synthetic", "mnist", "fashion-mnist", "synthetic-images"}));
-    app.add_option("--data-dir", o.data_dir, "Folder with the four IDX files (.gz or not)");
+    dataset =
+        app.add_option("--dataset", o.dataset,
+                       "Workload: synthetic (Linear(20,1)), mnist or fashion-mnist (the CNN), or synthetic-images "
+                       "(generated 28x28 images for the CNN, 1.2 M parameters, no download)")
+            ->check(CLI::IsMember({"synthetic", "mnist", "fashion-mnist", "synthetic-images", "fortunes"}));
+    app.add_option("--model", o.model,
+                   "linear, cnn or gpt (a character-level transformer; alone it trains on --dataset "
+                   "fortunes); default: the dataset's own")
+        ->check(CLI::IsMember({"linear", "cnn", "gpt"}));
+    app.add_option("--gpt-size", o.gpt_size,
+                   "The GPT's size: tiny (CPU: 2 layers, width 64, context 64), small (6, 384, 256), medium (12, "
+                   "768, 512), large (24, 1024, 512) or xl (48, 1600, 1024)")
+        ->check(CLI::IsMember({"tiny", "small", "medium", "large", "xl"}));
+    app.add_option("--data-dir", o.data_dir,
+                   "Folder with the four IDX files (.gz or not); for fortunes a folder of fortune files or one "
+                   "plain text file");
     app.add_option("--test-batch-size", o.test_batch_size, "Samples per evaluation step")
         ->check(whole("--test-batch-size", 1, 1 << 20));
     app.add_option("--lr", o.lr, "Learning rate (0: the workload's default)")->check(real("--lr", 0, 1e6));
@@ -322,6 +351,22 @@ Options parse_options(int argc, char** argv, const std::string& description, uns
     app.add_flag("--check-collectives", o.check_collectives,
                  "Before each collective, check that every rank calls the same one; a rank that differs stops "
                  "all at once, naming each rank's call (debugging; as TORCH_DISTRIBUTED_DEBUG=DETAIL)");
+  }
+
+  // Fully sharded data parallel (step 6).
+  if (groups & kFsdpOptions) {
+    o.fully_sharded = true;
+    app.add_option("--reshard-after-forward", o.reshard_after_forward,
+                   "true: free each unit's gathered weights after its forward and gather them again for backward "
+                   "(PyTorch's reshard_after_forward, ZeRO-3); false: keep them until backward (less traffic, "
+                   "more memory)")
+        ->default_str("true");
+    app.add_flag("--checkpoint-activations", o.checkpoint_activations,
+                 "Keep no activations inside a unit: recompute its forward in backward (less memory, more compute)");
+    app.add_option("--accumulate", o.accumulate,
+                   "Micro-batches per optimizer step: the batch is cut into as many, each but the last backward "
+                   "without communication (no_sync)")
+        ->check(whole("--accumulate", 1, 1 << 16));
   }
 
   // ZeRO (step 4) and the trainer (step 5).
@@ -426,8 +471,14 @@ Options parse_options(int argc, char** argv, const std::string& description, uns
     if (save_every_given->count() == 0) o.save_every = 1;
   }
   if (groups & kTrainingOptions) {
+    resolve_model(program, o, dataset->count() > 0);
     // The CNN trains with the seed's batch of 64, unless --batch-size says otherwise.
-    if (batch_size->count() == 0 && o.dataset != "synthetic") o.batch_size = kCnnBatchSize;
+    if (batch_size->count() == 0 && o.model == "cnn") o.batch_size = kCnnBatchSize;
+    if (o.accumulate > 1 && o.batch_size % o.accumulate != 0)
+      usage_error(program,
+                  "--accumulate " + std::to_string(o.accumulate) + " does not divide --batch-size " +
+                      std::to_string(o.batch_size) + " into equal micro-batches",
+                  "choose a batch size that is a multiple of --accumulate");
     if (zero || trainer) {
       try {
         apply_zero_settings(o, zero_flag, batch_size->count() > 0, log_every->count() > 0,

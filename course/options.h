@@ -26,8 +26,12 @@ struct Options {
   int batch_size = 32;  // parse_options makes it kCnnBatchSize for the CNN unless given
 
   std::string device = "auto";        // auto | cpu | cuda | cuda:N
-  std::string dataset = "synthetic";  // synthetic | mnist | fashion-mnist
+  std::string dataset = "synthetic";  // synthetic | mnist | fashion-mnist | synthetic-images | fortunes
   std::string data_dir;               // default: where the dataset usually lives (see workload.h)
+  // --model: parse_options resolves it from --dataset when not given (linear: synthetic; cnn: the
+  // images; gpt: fortunes), and --model gpt alone picks --dataset fortunes.
+  std::string model;              // linear | cnn | gpt
+  std::string gpt_size = "tiny";  // --gpt-size: tiny | small | medium | large | xl (models.h)
   int test_batch_size = 1000;
   double lr = 0;       // 0: the workload's default (SGD 1e-2 synthetic, Adadelta 1.0 CNN)
   double gamma = 0.7;  // StepLR decay for the CNN
@@ -68,6 +72,12 @@ struct Options {
   std::string deepspeed_config_path;  // --deepspeed-config (empty: none)
   DeepSpeedConfig deepspeed;          // that file's settings; without one DeepSpeed's defaults (no optimizer section)
 
+  // Fully sharded data parallel (kFsdpOptions, step 6): FullyShardedOptions and the accumulation.
+  bool fully_sharded = false;           // the program offers them (its settings table shows them)
+  bool reshard_after_forward = true;    // --reshard-after-forward: free a unit's gathered weights after its forward
+  bool checkpoint_activations = false;  // --checkpoint-activations: recompute each unit's forward in backward
+  int accumulate = 1;                   // --accumulate: micro-batches per optimizer step (the batch is cut in as many)
+
   // The trainer (kTrainerOptions, step 5): PyTorch Lightning's Trainer(gpus, num_nodes, strategy).
   std::string strategy;  // single | ddp | zero1 | zero2 (kTrainerOptions; zero<N> with kZeroOptions);
                          // empty: the program's own (steps 0-3)
@@ -88,6 +98,7 @@ enum OptionGroups : unsigned {
   kTrainerOptions = 1u << 4,      // step 5: --strategy, Lightning's --gpus/--devices, --nodes, --epochs,
                                   // --deepspeed-config; implies kDistributedOptions; the positional
                                   // epochs/save_every become optional (--epochs; a snapshot every epoch)
+  kFsdpOptions = 1u << 5,         // step 6: --reshard-after-forward, --checkpoint-activations, --accumulate
 };
 
 // Parses argv into Options. --help prints and exits 0; a bad value prints one line naming the

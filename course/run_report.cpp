@@ -92,8 +92,11 @@ void print_settings(const Options& o, const LaunchEnv& launch, const torch::Devi
       {"batch size per rank", std::to_string(o.batch_size)},
       {"global batch size", std::to_string(o.batch_size * launch.world_size)},
       {"test batch size", std::to_string(o.test_batch_size)},
-      {"learning rate", number(base_learning_rate(o)) + (o.dataset == "synthetic" ? " (SGD)" : " (Adadelta)")},
-      {"StepLR gamma", o.dataset == "synthetic" ? "(none: constant rate)" : number(o.gamma) + " per epoch"},
+      {"learning rate", number(base_learning_rate(o)) + (o.dataset == "synthetic"  ? " (SGD)"
+                                                         : o.dataset == "fortunes" ? " (AdamW)"
+                                                                                   : " (Adadelta)")},
+      {"StepLR gamma",
+       o.dataset == "synthetic" || o.dataset == "fortunes" ? "(none: constant rate)" : number(o.gamma) + " per epoch"},
       {"seed", std::to_string(o.seed)},
       {"deterministic", o.deterministic ? "on (CUBLAS_WORKSPACE_CONFIG=" + cublas_workspace + ")"
                                         : "off (--deterministic: GPU runs resume bit for bit)"},
@@ -108,6 +111,7 @@ void print_settings(const Options& o, const LaunchEnv& launch, const torch::Devi
     return std::find_if(rows.begin(), rows.end(), [&](const Row& r) { return r[0] == key; });
   };
   if (!o.strategy.empty()) rows.insert(at("dataset"), Row{"strategy", o.strategy});
+  if (o.dataset == "fortunes") rows.insert(at("data folder"), Row{"model", "gpt, --gpt-size " + o.gpt_size});
   // Mixed precision: rows only when used (an fp32 run prints what it printed before).
   if (o.precision != "fp32") rows.insert(at("seed"), Row{"precision", describe_precision(o)});
   if (o.bf16_compress) rows.insert(at("seed"), Row{"gradient allreduce", "bfloat16 (PyTorch's bf16_compress_hook)"});
@@ -121,6 +125,17 @@ void print_settings(const Options& o, const LaunchEnv& launch, const torch::Devi
                                                      : "2: optimizer state and gradients sharded over " + ranks},
                  Row{"gradient clipping", clip > 0 ? "global norm " + number(clip) : "(none)"},
                  Row{"DeepSpeed config", o.deepspeed_config_path.empty() ? "(none)" : o.deepspeed_config_path}});
+  }
+  if (o.fully_sharded) {  // step 6: FSDP trains with AdamW on the shards (adam_options), its rate per step
+    *at("learning rate") = Row{"optimizer", describe_adam(o)};
+    *at("StepLR gamma") = Row{"learning rate", describe_schedule(o)};
+    rows.insert(at("seed"),
+                {Row{"FSDP", "parameters, gradients and optimizer state sharded over " +
+                                 std::to_string(launch.world_size) + " rank(s)"},
+                 Row{"reshard after forward", o.reshard_after_forward ? "true" : "false (kept until backward)"},
+                 Row{"activation checkpointing", o.checkpoint_activations ? "on" : "off"},
+                 Row{"accumulate", std::to_string(o.accumulate) + " micro-batch(es) of " +
+                                       std::to_string(o.batch_size / o.accumulate) + " per step"}});
   }
   if (!o.init_weights_path.empty()) rows.insert(rows.end() - 1, Row{"initial weights", o.init_weights_path});
   if (!o.export_weights_path.empty()) rows.insert(rows.end() - 1, Row{"export weights to", o.export_weights_path});

@@ -4,6 +4,7 @@
 
 #include "course/from_options.h"
 #include "course/idx.h"
+#include "course/text.h"
 #include "ddp/adadelta.h"
 #include "ddp/error.h"
 #include "ddp/process_group.h"
@@ -30,7 +31,8 @@ std::function<std::shared_ptr<Model>(torch::Device)> seeded_model(uint64_t seed,
         // The library cannot know which Python module is the twin: the course's are in models.py.
         throw Error(e.message(),
                     "save the state_dict of the twin module of python/ddpw/models.py that matches --dataset "
-                    "(LinearRegressor: synthetic; MnistCnn: mnist, fashion-mnist, synthetic-images), in float32");
+                    "(LinearRegressor: synthetic; MnistCnn: mnist, fashion-mnist, synthetic-images), in float32; "
+                    "the GPT has no Python twin there");
       }
     }
     amp.apply_to(*model);
@@ -101,6 +103,39 @@ Workload images(const Options& o) {
   return w;
 }
 
+// --model gpt: the text's first 90 % gives the training windows, the rest the validation windows
+// (nanoGPT's split); an epoch is kGptTrainWindows windows drawn once from --seed, so a CPU epoch of
+// the tiny GPT takes seconds whatever the text's length. AdamW, as nanoGPT; next-character cross-entropy.
+constexpr int64_t kGptTrainWindows = 1024, kGptValidationWindows = 256;
+
+Workload gpt(const Options& o) {
+  Workload w;
+  w.name = o.dataset;
+  const Text text = load_text(data_folder(o));
+  const GptConfig config = gpt_config(o.gpt_size, static_cast<int64_t>(text.alphabet.size()));
+  const auto length = static_cast<int64_t>(text.ids.size()), split = length * 9 / 10;
+  w.train = char_windows(text, 0, split, kGptTrainWindows, config.context, o.seed);
+  w.test = char_windows(text, split, length, kGptValidationWindows, config.context, o.seed + 1000);
+  const MixedPrecision amp = mixed_precision(o);
+  w.precision = o.precision;
+  w.make_model = seeded_model<Gpt>(o.seed, o.init_weights_path, amp, config);
+  const double lr = base_learning_rate(o);
+  w.make_optimizer = [lr](Model& m) -> std::unique_ptr<torch::optim::Optimizer> {
+    DDP_CHECK(!m.grad_scaler(),
+              "--precision fp16 needs an optimizer that takes a GradScaler; the GPT's AdamW "
+              "(LibTorch's) does not",
+              "use --precision bf16 (no loss scaling), or fp16 with ZeRO's ShardedAdamW");
+    // No weight decay: the same AdamW as the ZeRO and FSDP programs' (adam_options' defaults, zero_settings.h).
+    return std::make_unique<torch::optim::AdamW>(m.parameters(), torch::optim::AdamWOptions(lr).weight_decay(0));
+  };
+  const int64_t vocab = config.vocab;
+  w.loss = amp.wrap([vocab](const torch::Tensor& logits, const torch::Tensor& target) {
+    return torch::cross_entropy_loss(logits.reshape({-1, vocab}), target.reshape({-1}));
+  });
+  w.learning_rate = [lr](int64_t) { return lr; };
+  return w;
+}
+
 }  // namespace
 
 MixedPrecision::MixedPrecision(std::string precision, GradScalerOptions scaler_options)
@@ -144,16 +179,19 @@ void attach_grad_scaler(torch::optim::Optimizer& optimizer, const Model& model) 
 
 std::string data_folder(const Options& options) {
   if (!options.data_dir.empty()) return options.data_dir;
+  if (options.dataset == "fortunes") return kFortunesFolder;
   return options.dataset == "fashion-mnist" ? "/usr/share/datasets/fashion-mnist" : "data/mnist";
 }
 
 double base_learning_rate(const Options& options) {
   if (options.lr > 0) return options.lr;
+  if (options.dataset == "fortunes") return 1e-3;  // AdamW, as nanoGPT's character model
   return options.dataset == "synthetic" ? 1e-2 : 1.0;
 }
 
 Workload make_workload(const Options& options) {
   if (options.dataset == "synthetic") return synthetic(options);
+  if (options.dataset == "fortunes") return gpt(options);
   return images(options);
 }
 

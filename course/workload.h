@@ -27,7 +27,7 @@ class ProcessGroup;
 namespace ddpw {
 
 struct Workload {
-  std::string name;  // "synthetic", "mnist", "fashion-mnist" or "synthetic-images"
+  std::string name;  // "synthetic", "mnist", "fashion-mnist", "synthetic-images" or "fortunes"
   ddp::Dataset train, test;
   bool classification = false;  // accuracy is reported for classifiers
   // The model, initialised from --seed (the same on every rank), then from --init-weights when
@@ -54,20 +54,23 @@ class MixedPrecision {
  private:
   std::string precision_;
   ddp::GradScalerOptions scaler_options_;
-  std::shared_ptr<std::optional<ddp::AutocastOptions>> autocast_ = std::make_shared<std::optional<ddp::AutocastOptions>>();
+  std::shared_ptr<std::optional<ddp::AutocastOptions>> autocast_ =
+      std::make_shared<std::optional<ddp::AutocastOptions>>();
   std::shared_ptr<std::shared_ptr<ddp::GradScaler>> scaler_ = std::make_shared<std::shared_ptr<ddp::GradScaler>>();
 };
 
 // synthetic: 2048 samples, Linear(20,1), SGD, MSE. mnist/fashion-mnist: the IDX files in
 // --data-dir (default ./data/mnist, /usr/share/datasets/fashion-mnist), the CNN, Adadelta, NLL.
 // synthetic-images: 512 generated 28x28 images in 10 classes (128 to test), the same CNN.
+// fortunes (--model gpt): windows of a plain English text (Debian's fortune files, or the text file
+// in --data-dir), the GPT of --gpt-size, AdamW, next-character cross-entropy.
 Workload make_workload(const Options& options);
 
 // Where the images are read from: --data-dir, else the dataset's usual folder.
 std::string data_folder(const Options& options);
 
 // The learning rate of the first epoch: --lr, else the workload's default (SGD 1e-2 synthetic,
-// Adadelta 1.0 CNN).
+// Adadelta 1.0 CNN, AdamW 1e-3 GPT).
 double base_learning_rate(const Options& options);
 
 // The model's GradScaler (fp16), if any, attached to `optimizer` (one of the library's: Sgd, Adadelta),

@@ -6,8 +6,8 @@
 #   scripts/setup.sh            everything (scripts/test)
 #   scripts/setup.sh --first    what the build and step 0 need: toolchain, CLI11, nlohmann-json,
 #                               Gloo's headers, torch (scripts/course, before step 0)
-#   scripts/setup.sh --rest     the rest: GoogleTest, Fashion-MNIST, Slurm, munge, OpenMPI, the
-#                               linters (scripts/course, once step 0 has printed its first lines)
+#   scripts/setup.sh --rest     the rest: GoogleTest, Fashion-MNIST, the fortunes text (--model gpt),
+#                               Slurm, munge, OpenMPI, the linters (scripts/course, once step 0 has printed its first lines)
 #   scripts/setup.sh --shared DIR   the instructor's: everything, with torch installed once in DIR
 #                               for a room of learners on one machine, from the system's python3
 #                               (DDPW_SHARED_PYTHON, default /usr/bin/python3: never one in a home,
@@ -97,7 +97,7 @@ fi
 # (scripts/test: the build tests' fresh trees reuse the main build's objects).
 FIRST_PACKAGES=(build-essential cmake ninja-build git python3 python3-venv zlib1g-dev
                 libcli11-dev nlohmann-json3-dev libgloo-dev)
-REST_PACKAGES=(libgtest-dev dataset-fashion-mnist
+REST_PACKAGES=(libgtest-dev dataset-fashion-mnist fortunes
                slurm-wlm munge openmpi-bin libopenmpi-dev libpmix-dev iproute2 util-linux procps
                clang-format shellcheck lmod ccache)
 case $phase in

@@ -110,6 +110,37 @@ TEST_F(OptionsTest, TheCnnDefaultsToTheSeedsBatchOf64) {
   EXPECT_EQ(parse({"5", "1", "--dataset", "fashion-mnist"}).batch_size, ddpw::kCnnBatchSize);
 }
 
+// --model and --dataset: each from the other; a pair that cannot train is refused naming the fix.
+TEST_F(OptionsTest, TheModelFollowsTheDatasetAndTheGptItsText) {
+  EXPECT_EQ(parse({"5", "1"}).model, "linear");
+  EXPECT_EQ(parse({"5", "1", "--dataset", "mnist"}).model, "cnn");
+  const auto gpt = parse({"5", "1", "--model", "gpt"});
+  EXPECT_EQ(gpt.dataset, "fortunes");
+  EXPECT_EQ(gpt.batch_size, 32);
+  EXPECT_EQ(gpt.gpt_size, "tiny");
+  EXPECT_EQ(parse({"5", "1", "--dataset", "fortunes", "--gpt-size", "small"}).model, "gpt");
+  EXPECT_EXIT(parse({"5", "1", "--model", "gpt", "--dataset", "mnist"}), ExitedWithCode(2),
+              "--model gpt does not train on --dataset mnist \\(fix: give --dataset fortunes \\(a text\\), or leave "
+              "--dataset out\\)");
+  EXPECT_EXIT(parse({"5", "1", "--model", "cnn"}), ExitedWithCode(2),
+              "--model cnn does not train on --dataset synthetic");
+  EXPECT_EXIT(parse({"5", "1", "--gpt-size", "huge"}), ExitedWithCode(2), "--gpt-size: huge not in");
+}
+
+// Step 6's options: only where offered; --accumulate must cut the batch into equal micro-batches.
+TEST_F(OptionsTest, FsdpOptionsAndAccumulation) {
+  const auto o = parse({"5", "1", "--accumulate", "4", "--checkpoint-activations", "--reshard-after-forward", "false"},
+                       ddpw::kTrainingOptions | ddpw::kFsdpOptions);
+  EXPECT_TRUE(o.fully_sharded);
+  EXPECT_EQ(o.accumulate, 4);
+  EXPECT_TRUE(o.checkpoint_activations);
+  EXPECT_FALSE(o.reshard_after_forward);
+  EXPECT_TRUE(parse({"5", "1"}, ddpw::kTrainingOptions | ddpw::kFsdpOptions).reshard_after_forward);
+  EXPECT_EXIT(parse({"5", "1", "--accumulate", "3"}, ddpw::kTrainingOptions | ddpw::kFsdpOptions), ExitedWithCode(2),
+              "--accumulate 3 does not divide --batch-size 32 into equal micro-batches");
+  EXPECT_EXIT(parse({"5", "1", "--accumulate", "2"}), ExitedWithCode(2), "are FSDP's: run step6_fully_sharded");
+}
+
 TEST_F(OptionsTest, AnExplicitBatchSizeWins) {
   EXPECT_EQ(parse({"5", "1", "--dataset", "mnist", "--batch-size", "32"}).batch_size, 32);
   EXPECT_EQ(parse({"5", "1", "--batch-size", "64", "--dataset", "fashion-mnist"}).batch_size, 64);

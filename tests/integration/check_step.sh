@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # scripts/check-step for real (CPU, Gloo, 2 ranks), and scripts/progress on what it recorded:
-#  1. the exercises as shipped: step 0 DONE; steps 1-5 and 1b NOT DONE, exit 1, naming TODO(stepN)
-#     (step 1 from what it did: one rank where the solution has two; steps 2-5 and 1b with the
+#  1. the exercises as shipped: step 0 DONE; steps 1-6 and 1b NOT DONE, exit 1, naming TODO(stepN)
+#     (step 1 from what it did: one rank where the solution has two; steps 2-6 and 1b with the
 #     program's own refusal or end-of-run check), never printing a line of the solution's code; one
 #     progress line per check;
 #  2. exercises that are done (the solutions' programs in a learner's build folder, --no-build):
-#     DONE for steps 1-5 and 1b, the second check of a step from the solution's kept result;
+#     DONE for steps 1-6 and 1b, the second check of a step from the solution's kept result;
 #  3. a copy handed out without solutions/: compared with the kept result, or with the one the
 #     instructor's check left in the progress folder; with neither, exit 3 and no verdict.
 source "$(dirname "$0")/lib.sh"
@@ -43,28 +43,29 @@ grep -qE '^step 1: NOT DONE: the exercise ran as 1 rank, the solution as 2: TODO
   { cat step1.log; fail "step 1: the verdict does not say that one rank ran and TODO(step1) is open"; }
 grep -qE "final checksum [0-9.]+, the solution's is [0-9.]+" step1.log || fail "step 1: the checksums are not compared"
 no_answer step1_multigpu_fork step1.log
-for n in 1b 2 3 4 5; do
+for n in 1b 2 3 4 5 6; do
   check "step$n" 1 "$ROOT/scripts/check-step" "$n" --progress "$progress"
   grep -qE "^step $n: NOT DONE: the program stopped, naming an open TODO: .*TODO\(step$n\)" "step$n.log" ||
     { cat "step$n.log"; fail "step $n: the verdict does not name TODO(step$n)"; }
   dir=$(cd "$ROOT" && ls -d step"$n"_*)
   no_answer "$dir" "step$n.log"
 done
-[ "$(wc -l < "$progress/learner-a.tsv")" = 7 ] || { cat "$progress/learner-a.tsv"; fail "expected 7 progress lines"; }
+[ "$(wc -l < "$progress/learner-a.tsv")" = 8 ] || { cat "$progress/learner-a.tsv"; fail "expected 8 progress lines"; }
 
 # ---- 2. exercises that are done: the solutions' programs as a learner's own, --no-build
 mine=$WORK/learner-b-build
 mkdir -p "$mine/bin/solutions"
-for n in 1 1b 2 3 4 5; do
+for n in 1 1b 2 3 4 5 6; do
   dir=$(cd "$ROOT" && ls -d step"$n"_*)
   cp "$BIN/solutions/$dir" "$mine/bin/$dir"
   cp "$BIN/solutions/$dir" "$mine/bin/solutions/$dir"
 done
 export DDPW_PROGRESS_USER=learner-b
-for n in 1 1b 2 3 4 5; do
+for n in 1 1b 2 3 4 5 6; do
   DDPW_BUILD=$mine check "done$n" 0 "$ROOT/scripts/check-step" "$n" --no-build --progress "$progress"
-  grep -qE "^step $n: DONE \(2 ranks, equal weights, checksum [0-9.e+-]+ = the solution's\)" "done$n.log" ||
-    { cat "done$n.log"; fail "step $n: no DONE line"; }
+  done_line="equal weights, checksum [0-9.e+-]+ = the solution's"
+  [ "$n" != 6 ] || done_line="sharded; the gathered weights' checksum [0-9.e+-]+ = the solution's"  # FSDP: rank 0's
+  grep -qE "^step $n: DONE \(2 ranks, $done_line\)" "done$n.log" || { cat "done$n.log"; fail "step $n: no DONE line"; }
 done
 DDPW_BUILD=$mine check again2 0 "$ROOT/scripts/check-step" 2 --no-build
 grep -q "compared with the solution's result kept from an earlier check" again2.log ||
@@ -97,8 +98,8 @@ grep -q "comparing with the solution's result left in the progress folder" share
 cat table.txt
 row() { grep -E "^$1 " table.txt; }
 [[ "$(row learner-a)" =~ \|\ DONE\ [0-9:]+\ +\|\ TODO\ [0-9:]+\ +\|\ TODO ]] || fail "learner-a's row: step 0 DONE, then TODO"
-[ "$(row learner-b | grep -o 'DONE' | wc -l)" -ge 6 ] || fail "learner-b's row: steps 1-5 and 1b DONE"
+[ "$(row learner-b | grep -o 'DONE' | wc -l)" -ge 7 ] || fail "learner-b's row: steps 1-6 and 1b DONE"
 row learner-c | grep -qE 'step 2 DONE' || fail "learner-c's row: step 2 DONE"
-grep -q '^3 learners; done: step 0: 1, step 1: 1, step 1b: 1, step 2: 2, step 3: 1, step 4: 1, step 5: 1$' table.txt ||
+grep -q '^3 learners; done: step 0: 1, step 1: 1, step 1b: 1, step 2: 2, step 3: 1, step 4: 1, step 5: 1, step 6: 1$' table.txt ||
   fail "the table's count of who is done is wrong"
 pass "check-step: shipped exercises NOT DONE naming their TODOs, done ones DONE (kept results reused), without solutions/ compared with a kept or shared result or NOT COMPARED; progress shows the table"

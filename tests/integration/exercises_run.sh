@@ -5,9 +5,11 @@
 # several ranks, an exercise must refuse at once, naming the TODO to complete, instead of its
 # ranks training alone or fighting over one port: the step 2 exercise under torchrun, the step 3
 # exercise as one of several srun tasks, the step 4 exercise (still step 3's DDP program) under
-# torchrun, and given step 4's options (--zero, --deepspeed-config).
+# torchrun, and given step 4's options (--zero, --deepspeed-config); the step 6 exercise (still step 4's
+# ZeRO program) runs as one process and, given step 6's options (--accumulate), names TODO(step6).
 source "$(dirname "$0")/lib.sh"
-for step in step0_single_gpu step1_multigpu_fork step2_env_launch step3_multinode_slurm step4_sharded; do
+for step in step0_single_gpu step1_multigpu_fork step2_env_launch step3_multinode_slurm step4_sharded \
+            step6_fully_sharded; do
   n=${step:4:1}
   snapshot=snapshot-step$n-exercise.pt
   [ "$n" = 0 ] && snapshot="snapshot-step0.pt"  # the starting program: no exercise, no solution
@@ -55,4 +57,7 @@ expect_refusal "step 4 exercise under torchrun" \
 expect_refusal "step 4 exercise given --zero" \
   'step4_sharded: error: .*--zero.*\(fix: complete TODO\(step4\) in step4_sharded/main.cpp: offer the ZeRO options' \
   "$BIN/step4_sharded" 2 1 --device cpu --zero 2
-pass "all exercises run; the step 2 exercise refuses torchrun, the step 3 exercise a multi-task srun, the step 4 exercise several ranks and ZeRO's options, naming their TODOs"
+expect_refusal "step 6 exercise given --accumulate" \
+  'step6_fully_sharded: error: .*--accumulate.*\(fix: complete TODO\(step6\) in step6_fully_sharded/main.cpp: offer the FSDP options' \
+  "$BIN/step6_fully_sharded" 2 1 --device cpu --model gpt --accumulate 2
+pass "all exercises run; the step 2 exercise refuses torchrun, the step 3 exercise a multi-task srun, the step 4 exercise several ranks and ZeRO's options, the step 6 exercise FSDP's options, naming their TODOs"

@@ -9,11 +9,13 @@
 #          job's fails the same way, and its own placeholder account stops the job at once (the test
 #          cluster has no accounting, so sbatch accepts what Delta's would refuse). All ranks of a job
 #          end with equal weights.
+#          Step 6's scripts on the same cluster (puhti, delta, roihu: the shape of their step5.sbatch): FSDP
+#          on the tiny GPT, every rank trains, rank 0 prints the gathered weights' checksum, one save.
 # Exit 77 (skipped) when not root or Slurm is not installed.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"   # (set -e first: a missing lib.sh must stop the test)
 require_slurm
-require_programs solutions/step5_trainer
+require_programs solutions/step5_trainer solutions/step6_fully_sharded
 start_cluster netns 2
 
 submit puhti step5.sbatch --epochs 2
@@ -55,5 +57,13 @@ expect_lines 0 "Epoch 0"
 SITE_OPTIONS=--partition=debug submit delta step5.sbatch --epochs 1
 expect_failure "--account is still the placeholder 'change_me-delta-gpu': submit with sbatch --account="
 expect_lines 0 "^\+ srun"
+# Step 6 (FSDP on the GPT), each site's script with the tiny GPT for one epoch: 8, 4 and 8 ranks.
+for site_ranks in puhti:8 delta:4 roihu:8; do
+  submit "${site_ranks%%:*}" step6.sbatch 1 1 --gpt-size tiny
+  expect_success; expect_nodes "node[1-2]"; expect_lines 1 "^world size +\| ${site_ranks##*:} *$"
+  expect_lines 1 "^model +\| gpt, --gpt-size tiny *$"; expect_lines 1 "Epoch 0 \| train loss"
+  expect_lines 1 "final weights checksum .* \(gathered on rank 0\)"; expect_lines 1 "Training snapshot saved"
+  expect_lines "${site_ranks##*:}" "kept between steps: .*FSDP over ${site_ranks##*:} ranks"
+done
 echo "PASS: clusters/puhti/step5.sbatch (ddp, zero2, a refused --gpus) and clusters/delta/step5.sbatch (zero1, a refused" \
-     "--nodes, the placeholder account): the trainer under srun on 2 nodes"
+     "--nodes, the placeholder account): the trainer under srun on 2 nodes; step6.sbatch of puhti, delta, roihu (FSDP)"
