@@ -20,7 +20,7 @@
 #include "course/workload.h"
 #include "ddp/data.h"
 #include "ddp/launch_env.h"
-#include "ddp/torch_pickle.h"
+#include "ddp/weights_io.h"  // defines: TensorDict (a state_dict as Python saves it)
 
 namespace ddp {
 class ProcessGroup;
