@@ -37,9 +37,11 @@ fi
 
 generator=()
 command -v ninja >/dev/null && generator=(-G Ninja)
-project=$root/examples/train_ddp
-[ "$mode" = --headers ] && project=$root/tests/build/headers_alone
-cmake -S "$project" -B consumer "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
+project=$root/examples/train_ddp build_type=Release
+# The headers are only checked (-fsyntax-only): no code, so no optimization; the precompiled
+# <torch/torch.h> then builds in three quarters of the time (34 s of a core instead of 44).
+[ "$mode" = --headers ] && project=$root/tests/build/headers_alone build_type=None
+cmake -S "$project" -B consumer "${generator[@]}" -DCMAKE_BUILD_TYPE=$build_type \
   -DCMAKE_PREFIX_PATH="$work/prefix" -DTorch_DIR="$torch_dir" >configure.log 2>&1 ||
   show_fail configure.log "the consumer's configure (find_package(ddpw))"
 

@@ -8,6 +8,10 @@
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/python_bridge_lib.sh"
 require_fashion_mnist
+# The first 2000 training and test images: the figures compared are the first batch's loss, the
+# weights' checksum and the test figures on the same images, as on the whole set.
+make_fashion_subset subset 2000 2000
+FASHION=subset
 
 run_logged pretrain.log "$PY" "$DDPW_ROOT/python/pretrain.py" pretrained.pt --dataset fashion-mnist --data-dir "$FASHION" \
   --steps 20 --threads 2 || { cat pretrain.log; fail "python/pretrain.py failed"; }
