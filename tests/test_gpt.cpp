@@ -24,7 +24,7 @@ namespace gpt_tests {
 
 const std::string kText = std::string(DDPW_TEST_DATA_DIR) + "/../../README.md";
 
-TEST(Gpt, HeadIsTiedAndAttentionIsCausal) {
+TEST(Gpt, HeadIsTiedAttentionIsCausalAndWindowsAreTheTextShiftedByOne) {
   torch::manual_seed(0);
   ddpw::Gpt model(ddpw::gpt_config("tiny", 50));
   std::vector<std::string> names;
@@ -46,9 +46,8 @@ TEST(Gpt, HeadIsTiedAndAttentionIsCausal) {
   EXPECT_TRUE(torch::allclose(out.narrow(1, 0, 10), out2.narrow(1, 0, 10)));
   EXPECT_FALSE(torch::allclose(out.narrow(1, 10, 6), out2.narrow(1, 10, 6)));
   EXPECT_THROW(ddpw::gpt_config("huge", 50), ddp::Error);
-}
 
-TEST(Gpt, WindowsAreTheTextShiftedByOne) {
+  // The text's windows (in the same test: one process start fewer).
   const ddpw::Text text = ddpw::load_text(kText);
   ASSERT_GT(text.ids.size(), 4000u);
   EXPECT_LT(text.alphabet.size(), 200u);  // bytes: the vocabulary holds only those the text has
