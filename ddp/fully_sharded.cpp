@@ -614,9 +614,7 @@ std::string shard_path(const std::string& path, int rank, int world) {
   return path + ".rank" + std::to_string(rank) + "-of-" + std::to_string(world);
 }
 
-std::string owner_text(const std::optional<SnapshotOwner>& owner) {
-  return owner ? owner->label() : "";
-}
+std::string owner_text(const std::optional<SnapshotOwner>& owner) { return owner ? owner->label() : ""; }
 
 }  // namespace
 
