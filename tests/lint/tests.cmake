@@ -13,4 +13,4 @@ set_tests_properties(lint.site_sources PROPERTIES LABELS unit TIMEOUT 60 ENVIRON
 # No include cycle among the library's modules (a header and its source together), after proving it
 # catches a planted one (include_cycles.py).
 add_test(NAME lint.include_cycles COMMAND python3 "${CMAKE_CURRENT_LIST_DIR}/include_cycles.py" "${PROJECT_SOURCE_DIR}")
-set_tests_properties(lint.include_cycles PROPERTIES LABELS unit TIMEOUT 60)
+set_tests_properties(lint.include_cycles PROPERTIES LABELS unit TIMEOUT 60 ENVIRONMENT "${DDPW_CPU_ONLY_ENV}")
