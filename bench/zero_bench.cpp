@@ -39,9 +39,15 @@
 #include "ddp/process_group.h"               // defines: ProcessGroup (Gloo / NCCL)
 #include "ddp/sharded_adamw.h"               // defines: ShardedAdamW
 #include "ddp/zero_data_parallel.h"          // defines: ZeroDataParallel
+#include "measure.h"                         // defines: resident_memory, median, gather, bytes_of
 #include "mlp.h"                             // defines: bench::Mlp
 
 namespace {
+
+using bench::bytes_of;
+using bench::gather;
+using bench::median;
+using bench::resident_memory;
 
 using Clock = std::chrono::steady_clock;
 
@@ -97,38 +103,9 @@ BenchOptions parse(int argc, char** argv) {
   return o;
 }
 
-// This process's resident memory now and at its peak (VmRSS, VmHWM), in bytes.
-std::pair<int64_t, int64_t> resident_memory() {
-  std::ifstream in("/proc/self/status");
-  int64_t now = 0, peak = 0;
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind("VmRSS:", 0) == 0) now = std::stoll(line.substr(6)) * 1024;
-    if (line.rfind("VmHWM:", 0) == 0) peak = std::stoll(line.substr(6)) * 1024;
-  }
-  return {now, peak};
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-// Every rank's values, in rank order (small vectors, through the process group).
-std::vector<double> gather(ddp::ProcessGroup& pg, double mine) {
-  auto all = torch::zeros({pg.size()}, torch::kFloat64);
-  all[pg.rank()] = mine;
-  auto on_device = all.to(pg.device());
-  pg.allreduce_sum(on_device, "gathering the measurements");
-  auto cpu = on_device.cpu();
-  return std::vector<double>(cpu.data_ptr<double>(), cpu.data_ptr<double>() + pg.size());
-}
-
 void sync_device(const torch::Device& device) {
   if (device.is_cuda()) torch::cuda::synchronize(device.index());
 }
-
-int64_t bytes_of(const torch::Tensor& t) { return t.defined() ? static_cast<int64_t>(t.nbytes()) : 0; }
 
 constexpr double kMiB = 1024.0 * 1024.0;
 
