@@ -86,7 +86,6 @@ class EngineCore {
   void make_buckets(const BucketStrategy::Layout& layout, BucketStrategy& strategy);
 
   ProcessGroup& process_group() const { return *pg_; }
-  const std::shared_ptr<ProcessGroup>& process_group_ptr() const { return pg_; }
   const std::vector<torch::Tensor>& parameters() const { return params_; }
   const std::vector<std::string>& names() const { return names_; }
   std::vector<FlatBucket>& buckets() { return buckets_; }
