@@ -37,7 +37,7 @@
 #include <vector>
 
 #include "ddp/detail/bucket_schedule.h"  // defines: BucketSchedule, NoSync
-#include "ddp/detail/flat_buckets.h"
+#include "ddp/detail/engine_core.h"      // defines: EngineCore, BucketStrategy
 #include "ddp/detail/forward_sync.h"
 #include "ddp/joinable.h"       // defines: Joinable, JoinHook (what ddp::Join uses)
 #include "ddp/module_holder.h"  // defines: ModuleImpl, HolderOf (a holder or an ...Impl)
@@ -53,8 +53,9 @@ struct DdpOptions {
   bool bf16_compress = false;     // PyTorch's bf16_compress_hook: buckets travel as bfloat16
 };
 
-// The engine behind DistributedDataParallel and TensorDataParallel (no template: compiled once).
-class GradientReducer {
+// The engine behind DistributedDataParallel and TensorDataParallel (no template: compiled once): the
+// engine core (engine_core.h) with DDP's strategy, each bucket allreduced as it is.
+class GradientReducer : private BucketStrategy {
  public:
   // The module's parameters that require a gradient; its buffers too if options.broadcast_buffers.
   GradientReducer(std::shared_ptr<torch::nn::Module> module, std::shared_ptr<ProcessGroup> pg, DdpOptions options);
@@ -62,55 +63,40 @@ class GradientReducer {
   // them (buckets are filled last one first); `buffers` are only broadcast from rank 0.
   GradientReducer(std::vector<torch::Tensor> params, std::shared_ptr<ProcessGroup> pg, DdpOptions options,
                   const std::vector<torch::Tensor>& buffers = {});
-  ~GradientReducer();
+  ~GradientReducer() override;
   GradientReducer(const GradientReducer&) = delete;
   GradientReducer& operator=(const GradientReducer&) = delete;
 
-  BucketSchedule& schedule() { return *schedule_; }  // no_sync() and the backward pass's state
-  size_t bucket_count() const { return buckets_.size(); }
+  BucketSchedule& schedule() { return core_->schedule(); }  // no_sync() and the backward pass's state
+  size_t bucket_count() const { return core_->buckets().size(); }
 
   // For Join (join.h). Called at the start of every synced backward, before any bucket is sent.
   void set_before_sync(std::function<void()> f) { before_sync_ = std::move(f); }
   // A rank with no batch left matches one synced backward of the others: every bucket's allreduce
   // (and the used-parameter one) in order, with zeros, waited for. Leaves .grad as the others' average.
   void shadow_backward();
-  ProcessGroup& process_group() { return *pg_; }
+  ProcessGroup& process_group() { return core_->process_group(); }
 
  private:
-  struct Bucket {
-    std::vector<size_t> params;            // indices into params_
-    std::vector<int64_t> offsets;          // where each parameter's gradient sits in `flat`
-    torch::Tensor flat;                    // contiguous gradients of the bucket; after backward, .grad is in it
-    std::vector<torch::Tensor> flat_list;  // {flat}: what the allreduce takes
-    std::vector<torch::Tensor> slices;     // each parameter's part of `flat` (1-D), made once
-    torch::Tensor world_size;              // 0-dim (CPU, the bucket's dtype): gradients enter divided by it
-    torch::Tensor wire;                    // bf16_compress: the bucket as it is sent
-    std::string what;                      // names the bucket's allreduce in errors
-    c10::intrusive_ptr<c10d::Work> work;
-  };
-  void start(const std::vector<torch::Tensor>& buffers);  // broadcast, buckets, schedule
-  void build_buckets(double bucket_mb);
-  // The schedule's steps (bucket_schedule.h).
-  void put_into_bucket(size_t param, size_t bucket, size_t slot);
-  void launch(size_t bucket);
-  void finish_backward();
-  c10::intrusive_ptr<c10d::Work> sum_over_ranks(std::vector<torch::Tensor>& tensors);  // none at world size 1
-  void wait_for(const c10::intrusive_ptr<c10d::Work>& work, const std::string& what);  // none: nothing to wait for
-  void point_grads_at_buckets();  // skips the parameters marked in keep_undefined_
+  void set_up(const std::vector<torch::Tensor>& buffers);  // broadcast, buckets, schedule
+  // BucketStrategy: the schedule's steps (bucket_schedule.h).
+  void start() override;
+  void launch(size_t bucket) override;
+  void wait_for_sent(size_t sent, bool interrupted) override;
+  void finish() override;
+  void wait_for_bucket(size_t bucket, const std::string& what);  // and bf16_compress's cast back
+  void point_grads_at_buckets();                                 // skips the parameters marked in keep_undefined_
 
   std::shared_ptr<torch::nn::Module> module_;  // none for TensorDataParallel
-  std::shared_ptr<ProcessGroup> pg_;
   DdpOptions options_;
-  std::vector<torch::Tensor> params_;
-  std::vector<std::string> names_;
-  std::vector<Bucket> buckets_;
+  std::vector<torch::Tensor> wire_;       // bf16_compress: each bucket as it is sent
   std::vector<char> keep_undefined_;      // find_unused_parameters: no rank has a gradient for it
   torch::Tensor used_here_;               // find_unused_parameters: 1 where this rank has a gradient (CPU)...
   torch::Tensor used_anywhere_;           // ...and its sum over ranks (on the parameters' device)
   std::vector<torch::Tensor> used_list_;  // {used_anywhere_}: what the allreduce takes
   std::function<void()> before_sync_;     // Join's flag, while a Join lives
   // Last: destroyed first, so no hook runs on a half-gone reducer.
-  std::unique_ptr<BucketSchedule> schedule_;
+  std::unique_ptr<EngineCore> core_;
 };
 
 // DDP's join hook (joinable.h): a joined rank matches the others' synced backward passes (every

@@ -29,7 +29,7 @@
 #include <vector>
 
 #include "ddp/detail/bucket_schedule.h"  // defines: BucketSchedule, NoSync
-#include "ddp/detail/flat_buckets.h"
+#include "ddp/detail/engine_core.h"      // defines: EngineCore, BucketStrategy
 #include "ddp/detail/sharded_collectives.h"
 #include "ddp/joinable.h"       // defines: Joinable (what ddp::Join uses)
 #include "ddp/module_holder.h"  // defines: ModuleImpl, HolderOf (a holder or an ...Impl)
@@ -44,38 +44,37 @@ struct ZeroOptions {
   bool broadcast_buffers = true;  // at construction
 };
 
-// One flat bucket. Rank r owns elements [r * shard_numel, (r + 1) * shard_numel).
+// What one flat bucket holds (a description: the tensors are shared, not copied). Rank r owns
+// elements [r * shard_numel, (r + 1) * shard_numel).
 struct ZeroBucket {
   BucketPlan plan;
-  int64_t padded_numel = 0;         // plan.numel rounded up to a multiple of the world size (zeros at the end)
-  int64_t shard_numel = 0;          // padded_numel / world size
-  torch::Tensor params;             // [padded_numel]: the module's parameters are views into it
-  torch::Tensor grads;              // stage 1: [padded_numel], .grad points into it; stage 2: only while it fills
-  torch::Tensor grad_shard;         // stage 2: [shard_numel], this rank's averaged gradients
-  torch::Tensor world_size;         // 0-dim, CPU, the bucket's dtype: gradients enter divided by it
-  bool shard_has_gradient = false;  // stage 2: grad_shard holds gradients not yet zeroed
-  c10::intrusive_ptr<c10d::Work> allreduce;  // stage 1
-  ReduceScatter reduce_scatter;              // stage 2
+  int64_t padded_numel = 0;  // plan.numel rounded up to a multiple of the world size (zeros at the end)
+  int64_t shard_numel = 0;   // padded_numel / world size
+  torch::Tensor params;      // [padded_numel]: the module's parameters are views into it
+  torch::Tensor grads;       // stage 1: [padded_numel], .grad points into it; stage 2: only while it fills
+  torch::Tensor grad_shard;  // stage 2: [shard_numel], this rank's averaged gradients
 };
 
-// The engine behind ZeroDataParallel (no template: compiled once).
-class ZeroReducer {
+// The engine behind ZeroDataParallel (no template: compiled once): the engine core (engine_core.h)
+// with ZeRO's strategy, each bucket padded to a multiple of the world size and allreduced (stage 1)
+// or reduce-scattered (stage 2).
+class ZeroReducer : private BucketStrategy {
  public:
   ZeroReducer(std::shared_ptr<torch::nn::Module> module, std::shared_ptr<ProcessGroup> pg, ZeroOptions options);
-  ~ZeroReducer();
+  ~ZeroReducer() override;
   ZeroReducer(const ZeroReducer&) = delete;
   ZeroReducer& operator=(const ZeroReducer&) = delete;
 
   int stage() const { return options_.stage; }
   const ZeroOptions& options() const { return options_; }
-  ProcessGroup& process_group() { return *pg_; }
+  ProcessGroup& process_group() { return core_->process_group(); }
   torch::nn::Module& module() { return *module_; }
-  const std::vector<torch::Tensor>& parameters() const { return params_; }
-  const std::vector<std::string>& parameter_names() const { return names_; }
-  const std::vector<ZeroBucket>& buckets() const { return buckets_; }
-  size_t bucket_count() const { return buckets_.size(); }
+  const std::vector<torch::Tensor>& parameters() const { return core_->parameters(); }
+  const std::vector<std::string>& parameter_names() const { return core_->names(); }
+  std::vector<ZeroBucket> buckets() const;
+  size_t bucket_count() const { return shards_.size(); }
 
-  BucketSchedule& schedule() { return *schedule_; }  // no_sync() and the backward pass's state
+  BucketSchedule& schedule() { return core_->schedule(); }  // no_sync() and the backward pass's state
 
   // What the sharded optimizer works on, one tensor per bucket, all of shard_numel elements:
   // this rank's slice of the flat parameters (views) and of the averaged gradients.
@@ -89,24 +88,30 @@ class ZeroReducer {
   void all_gather_parameters();
 
  private:
-  void build_buckets();
-  // The schedule's steps (bucket_schedule.h).
-  void put_into_bucket(size_t param, size_t bucket, size_t slot);
-  void launch(size_t bucket);
-  void finish_backward();
+  // Bucket k's part that is ZeRO's own (the core holds its plan and gradient buffer).
+  struct Shard {
+    int64_t numel = 0;             // shard_numel
+    torch::Tensor params;          // [padded_numel]: the module's parameters are views into it
+    torch::Tensor grad_shard;      // stage 2: [numel], this rank's averaged gradients
+    bool has_gradient = false;     // stage 2: grad_shard holds gradients not yet zeroed
+    ReduceScatter reduce_scatter;  // stage 2
+  };
+  void move_parameters_into_buckets();
+  // BucketStrategy: the schedule's steps (bucket_schedule.h).
+  void before_new_buffer(size_t bucket) override;
+  void launch(size_t bucket) override;
+  void wait_for_sent(size_t sent, bool interrupted) override;
+  void finish() override;
   void wait_for_oldest_bucket_in_flight(bool keep_result);
   void drain_sent_buckets(size_t sent, bool keep_results);  // sent: buckets [0, sent) were launched
 
   std::shared_ptr<torch::nn::Module> module_;
-  std::shared_ptr<ProcessGroup> pg_;
   ZeroOptions options_;
-  std::vector<torch::Tensor> params_;
-  std::vector<std::string> names_;
-  std::vector<ZeroBucket> buckets_;
+  std::vector<Shard> shards_;
   std::deque<size_t> in_flight_;  // stage 2: buckets whose reduce-scatter runs, oldest first
   bool has_gradients_ = false;
   // Last: destroyed first, so no hook runs on a half-gone engine.
-  std::unique_ptr<BucketSchedule> schedule_;
+  std::unique_ptr<EngineCore> core_;
 };
 
 // Ranks with different numbers of batches: ZeRO cannot join (each rank owns a slice of every

@@ -9,9 +9,14 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <chrono>
 #include <cstdio>
+#include <string>
+#include <thread>
 
+#include "ddp/distributed_data_parallel.h"
 #include "ddp/sharded_adamw.h"
+#include "ddp/timeline.h"
 #include "ddp/zero_data_parallel.h"
 #include "multiprocess.h"
 #include "zero_scenarios.h"
@@ -130,6 +135,81 @@ TEST(ZeroEquivalence, Zero2BackwardInterruptedAfterBucketsSentIsAnError) {
             torch::mse_loss(zero->forward(xs), ys).backward();
             optimizer.step();
             return ok ? 0 : 1;
+          }),
+      0);
+}
+
+// The engine core both engines stand on (ddp/detail/engine_core.h): each rank starts from other
+// weights and buffers (float parameters, float and int64 BatchNorm buffers: two dtypes), and
+// after wrapping (DDP, ZeRO-1, ZeRO-2: one coalesced broadcast per dtype) holds rank 0's; one
+// backward of each records its buckets' collectives on the timeline, ZeRO's as DDP's.
+int count_of(const std::string& text, const std::string& what) {
+  int n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+TEST(ZeroEquivalence, EngineCoreBroadcastsEveryDtypeAndRecordsEveryEnginesBuckets) {
+  EXPECT_EQ(
+      ddp_test::run_ranks(
+          2,
+          [](int rank, auto pg) {
+            ddp::start_timeline({.rank = rank, .backward_nodes = false});
+            int wrong = 0;
+            // Rank r's k-th tensor (parameters, then buffers) holds (k + 1) * (r + 1).
+            auto fill = [](torch::nn::Sequential& net, int times) {
+              torch::NoGradGuard no_grad;
+              double value = 1;
+              for (auto& t : net->parameters()) t.fill_(value++ * times);
+              for (auto& t : net->buffers()) t.fill_(value++ * times);
+            };
+            auto holds_rank0s = [&](torch::nn::Sequential& net, const char* engine) {
+              torch::nn::Sequential want(torch::nn::Linear(3, 4), torch::nn::BatchNorm1d(4));
+              fill(want, 1);
+              const auto have = net->parameters(), expected = want->parameters();
+              const auto have_b = net->buffers(), expected_b = want->buffers();
+              for (size_t k = 0; k < have.size(); ++k) wrong += !torch::equal(have[k], expected[k]);
+              for (size_t k = 0; k < have_b.size(); ++k) wrong += !torch::equal(have_b[k], expected_b[k]);
+              if (wrong) std::fprintf(stderr, "rank %d: %s: not rank 0's weights and buffers\n", rank, engine);
+            };
+            auto input = [] {
+              torch::manual_seed(0);
+              return torch::randn({4, 3});
+            };
+            {
+              torch::nn::Sequential net(torch::nn::Linear(3, 4), torch::nn::BatchNorm1d(4));
+              fill(net, rank + 1);
+              ddp::DistributedDataParallel model(net, pg);
+              holds_rank0s(net, "DistributedDataParallel");
+              model(input()).sum().backward();
+            }
+            for (int stage : {1, 2}) {
+              torch::nn::Sequential net(torch::nn::Linear(3, 4), torch::nn::BatchNorm1d(4));
+              fill(net, rank + 1);
+              ddp::ZeroOptions options;
+              options.stage = stage;
+              ddp::ZeroDataParallel model(net, pg, options);
+              holds_rank0s(net, stage == 1 ? "ZeRO-1" : "ZeRO-2");
+              model(input()).sum().backward();
+            }
+            ddp::stop_timeline();
+            // A span is added when its collective's future completes, on the backend's thread.
+            const std::string allreduce = "gradient allreduce (bucket 1 of 1)";
+            const std::string reduce_scatter = "gradient reduce-scatter (bucket 1 of 1)";
+            std::string events = ddp::timeline_events();
+            for (int i = 0; i < 200 && (count_of(events, allreduce) < 2 || count_of(events, reduce_scatter) < 1); ++i) {
+              std::this_thread::sleep_for(std::chrono::milliseconds(10));
+              events = ddp::timeline_events();
+            }
+            const int allreduces = count_of(events, allreduce), reduce_scatters = count_of(events, reduce_scatter);
+            if (allreduces != 2 || reduce_scatters != 1) {
+              std::fprintf(stderr,
+                           "rank %d: the timeline has %d bucket allreduces (DDP, ZeRO-1: want 2) and %d "
+                           "reduce-scatters (ZeRO-2: want 1)\n",
+                           rank, allreduces, reduce_scatters);
+              ++wrong;
+            }
+            return wrong == 0 ? 0 : 1;
           }),
       0);
 }

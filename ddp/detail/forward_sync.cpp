@@ -1,9 +1,9 @@
 #include "ddp/detail/forward_sync.h"
 
-#include <map>
 #include <string>
 #include <utility>
 
+#include "ddp/detail/engine_core.h"  // defines: broadcast_coalesced
 #include "ddp/error.h"
 #include "ddp/sync_batch_norm.h"
 
@@ -59,36 +59,8 @@ void ForwardSync::broadcast_buffers() {
 // Rank root's buffers to every rank: one flat tensor per dtype and device, one broadcast each.
 void ForwardSync::broadcast_buffers_from(int root) {
   if (pg_->size() == 1) return;
-  torch::NoGradGuard no_grad;
-  const auto bufs = buffers();
-  std::map<std::pair<int, std::string>, std::vector<size_t>> groups;  // (dtype, device) -> buffers
-  for (size_t i = 0; i < bufs.size(); ++i)
-    groups[{static_cast<int>(bufs[i].scalar_type()), bufs[i].device().str()}].push_back(i);
-  std::vector<std::vector<torch::Tensor>> flats;
-  std::vector<c10::intrusive_ptr<c10d::Work>> works;
-  flats.reserve(groups.size());
-  for (const auto& group : groups) {
-    std::vector<torch::Tensor> pieces;
-    for (size_t i : group.second) pieces.push_back(bufs[i].reshape({-1}));
-    flats.push_back({torch::cat(pieces)});
-    c10d::BroadcastOptions options;
-    options.rootRank = root;
-    works.push_back(pg_->backend().broadcast(flats.back(), options));
-  }
-  // In order (every rank issued the same broadcasts in the same order); on NCCL this only makes
-  // the current stream wait, so the copies below queue behind the broadcasts.
-  for (auto& w : works) pg_->wait(w, "broadcast of rank " + std::to_string(root) + "'s buffers before the forward");
-  if (pg_->rank() == root) return;
-  size_t k = 0;
-  for (const auto& group : groups) {
-    int64_t offset = 0;
-    const torch::Tensor& flat = flats[k++][0];
-    for (size_t i : group.second) {
-      const torch::Tensor& b = bufs[i];
-      b.copy_(flat.narrow(0, offset, b.numel()).view(b.sizes()));
-      offset += b.numel();
-    }
-  }
+  broadcast_coalesced(buffers(), root, *pg_,
+                      "broadcast of rank " + std::to_string(root) + "'s buffers before the forward");
 }
 
 void ForwardSync::on_gradient() {

@@ -24,6 +24,7 @@ class ReduceScatter {
   ReduceScatter() = default;
   ReduceScatter(ProcessGroup& pg, const torch::Tensor& input, const torch::Tensor& output, bool accumulate);
   bool active() const { return pg_ != nullptr; }
+  const c10::intrusive_ptr<c10d::Work>& work() const { return work_; }  // none at world size 1
   // Waits (with the collective timeout; the error names `what`) and writes the result.
   void finish(const std::string& what);
 
