@@ -2,12 +2,14 @@
 // bit, deterministic kernels, dropout included), on one NCCL rank through DistributedDataParallel;
 // a learning rate set between replays moves inside the graph; the last, partial batch runs eagerly
 // (or is refused when asked). One rank sends no allreduce (world size 1: the identity): the NCCL
-// collectives inside a capture are not exercised by these tests (two GPUs needed). Without a GPU
-// every test is skipped. Its refusals are unit tests (test_cuda_graph_step.cpp).
+// collectives inside a capture are exercised only by TwoNcclRanks... (two GPUs; skipped on one).
+// Without a GPU every test is skipped. Its refusals are unit tests (test_cuda_graph_step.cpp).
 #include <ATen/Context.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <cstdint>
+#include <cstdio>
 #include <memory>
 #include <string>
 #include <vector>
@@ -17,6 +19,7 @@
 #include "ddp/distributed_data_parallel.h"
 #include "ddp/error.h"
 #include "gpu_test_support.h"
+#include "multiprocess.h"
 
 namespace {
 
@@ -44,9 +47,11 @@ struct GraphRun {
 
 constexpr int kFullBatches = 10;  // of 16 images, then one of 5 (the epoch's partial batch)
 
-// Trains kFullBatches + 1 steps through DDP on `pg` (one rank), Adadelta at 1.0, then 0.5 from step 6
-// (a schedule). warmup_steps beyond the step count: every step eager, through the same capturable kernels.
-GraphRun train_graph_net(const std::shared_ptr<ddp::ProcessGroup>& pg, torch::Device device, int64_t warmup_steps) {
+// Trains kFullBatches + 1 steps through DDP on `pg`, Adadelta at 1.0, then 0.5 from step 6 (a
+// schedule), on batches drawn from `data_seed` (each rank its own). warmup_steps beyond the step
+// count: every step eager, through the same capturable kernels.
+GraphRun train_graph_net(const std::shared_ptr<ddp::ProcessGroup>& pg, torch::Device device, int64_t warmup_steps,
+                         uint64_t data_seed = 11) {
   at::globalContext().setDeterministicCuDNN(true);
   at::globalContext().setBenchmarkCuDNN(false);
   torch::manual_seed(3);  // the weights, and the CUDA generator the dropout draws from
@@ -65,7 +70,7 @@ GraphRun train_graph_net(const std::shared_ptr<ddp::ProcessGroup>& pg, torch::De
   context.device = device;
   context.backend = pg->backend_name();
   ddp::CudaGraphStep graphed(step, optimizer, context, {.warmup_steps = warmup_steps});
-  auto data = torch::make_generator<at::CPUGeneratorImpl>(11);
+  auto data = torch::make_generator<at::CPUGeneratorImpl>(data_seed);
   GraphRun run;
   for (int i = 0; i <= kFullBatches; ++i) {
     const int64_t n = i < kFullBatches ? 16 : 5;
@@ -151,4 +156,36 @@ TEST(GpuGraph, ScheduleMovesTheLearningRateInsideTheGraph) {
   } catch (const ddp::Error& e) {
     EXPECT_TRUE(gpu_test::contains(e.what(), "drop the last, partial batch")) << e.what();
   }
+}
+
+// Two NCCL ranks (one GPU each), different batches: the captured step holds the buckets' allreduces,
+// and each rank's replays end where its eager steps end, bit for bit; both ranks end equal (DDP).
+TEST(GpuGraph, TwoNcclRanksReplayTheAllreducesLikeEagerSteps) {
+  REQUIRE_GPUS(2);
+  ddp_test::RankSetup setup;
+  setup.n = 2;
+  setup.device = "cuda";
+  setup.backend = "nccl";
+  EXPECT_EQ(ddp_test::run_ranks(setup,
+                                [](int rank, auto pg) {
+                                  const auto seed = static_cast<uint64_t>(11 + rank);
+                                  const GraphRun eager = train_graph_net(pg, pg->device(), 1000, seed);
+                                  const GraphRun graphed = train_graph_net(pg, pg->device(), 3, seed);
+                                  int wrong = graphed.replays == kFullBatches - 3 ? 0 : 1;
+                                  for (size_t i = 0; i < eager.params.size(); ++i)
+                                    wrong += torch::equal(graphed.params[i], eager.params[i]) ? 0 : 1;
+                                  for (size_t i = 0; i < eager.losses.size(); ++i)
+                                    wrong += graphed.losses[i] == eager.losses[i] ? 0 : 1;
+                                  // Equal on both ranks: the sum of |w| gathered is the same twice.
+                                  double sum = 0;
+                                  for (const auto& p : graphed.params) sum += p.abs().sum().item<double>();
+                                  char mine[64];
+                                  std::snprintf(mine, sizeof mine, "%a", sum);  // every bit
+                                  const auto sums = pg->all_gather_strings(mine);
+                                  wrong += sums[0] == sums[1] ? 0 : 1;
+                                  std::printf("rank %d: %d mismatches, %lld replays\n", rank, wrong,
+                                              static_cast<long long>(graphed.replays));
+                                  return wrong == 0 ? 0 : 1;
+                                }),
+            0);
 }
