@@ -141,11 +141,13 @@ torch::Tensor CudaGraphStep::operator()(const torch::Tensor& input, const torch:
     torch::Tensor loss;
     {
       c10::cuda::CUDAStreamGuard on_side(graph_->side);
-      loss = step_(static_input_, static_target_).detach().clone();
+      loss = step_(static_input_, static_target_).detach();
     }
     wait_stream(current, graph_->side);
     ++eager_steps_;
-    return loss;
+    // The copy on the caller's stream: the side stream's block of `loss` is reused only after the
+    // side stream waits for this stream again (the next call).
+    return loss.clone();
   }
   if (!captured()) {
     // Nothing in flight, cached blocks returned: the graph's pool starts clean (torch.cuda.graph).
