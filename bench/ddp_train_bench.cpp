@@ -18,6 +18,8 @@
 // --precision bf16|fp16: mixed precision as the course's --precision (course/workload.h): the forward
 //   and the loss under autocast, float32 parameters and optimizer state; fp16 also scales the loss
 //   (ddp::GradScaler attached to the optimizer: unscale, skip on inf/NaN, update, on the device).
+// --cuda-graph (CUDA): the step captured once in a CUDA graph after 3 eager warm-up steps and replayed
+//   (ddp::CudaGraphStep): one launch per step; with --mode local, the replay without communication.
 // --allreduce-bytes N: instead of training, the allreduce bus bandwidth of an N-byte buffer next
 //   to rank 0's memcpy bandwidth (on a GPU: a device-to-device copy of the same size).
 // A timed step = cut the batch, zero_grad, forward, loss, backward, (naive: allreduce), optimizer
@@ -53,6 +55,7 @@
 #include "course/workload.h"                // defines: MixedPrecision, attach_grad_scaler (--precision)
 #include "ddp/adadelta.h"                   // defines: Adadelta (the CNN's optimizer)
 #include "ddp/config.h"                     // defines: DDPW_HAVE_*, DDPW_TORCH_VERSION
+#include "ddp/cuda_graph_step.h"            // defines: CudaGraphStep (--cuda-graph)
 #include "ddp/data.h"                       // defines: Dataset, DistributedSampler, Loader
 #include "ddp/device.h"                     // defines: choose_device, device_name
 #include "ddp/distributed_data_parallel.h"  // defines: DistributedDataParallel (overlapped mode)
@@ -89,6 +92,7 @@ struct BenchOptions {
   int64_t allreduce_bytes = 0;     // > 0: measure bandwidth instead of training
   std::string tf32 = "off";        // CUDA: TF32 for matmul and cuDNN (python_ddp.py sets the same)
   std::string precision = "fp32";  // fp32 | bf16 | fp16 (autocast; fp16 with the GradScaler)
+  bool cuda_graph = false;         // the step captured once in a CUDA graph and replayed (ddp::CudaGraphStep)
 };
 
 BenchOptions parse(int argc, char** argv) {
@@ -119,6 +123,9 @@ BenchOptions parse(int argc, char** argv) {
   app.add_option("--timeout", o.timeout_s, "Seconds before a rendezvous or collective is declared hung")
       ->check(CLI::Range(0.1, 86400.0));
   app.add_flag("--no-header", o.no_header, "Print only the result row (bench/compare joins runs)");
+  app.add_flag("--cuda-graph", o.cuda_graph,
+               "CUDA: capture the step (forward, backward, DDP's allreduces, Adadelta) once after 3 warm-up steps and "
+               "replay it (modes overlapped and local; cnn; needs --warmup 4 or more)");
   app.add_option("--allreduce-bytes", o.allreduce_bytes,
                  "Measure allreduce bus bandwidth of a buffer this size (and memcpy) instead of training")
       ->check(CLI::Range(int64_t{4}, int64_t{1} << 34));
@@ -141,6 +148,12 @@ BenchOptions parse(int argc, char** argv) {
     std::exit(ddp::kExitUsage);
   }
   if (o.batch_size == 0) o.batch_size = o.workload == "cnn" ? 64 : 32;
+  if (o.cuda_graph && (o.mode == "naive" || o.warmup < 4)) {
+    std::fprintf(stderr,
+                 "ddp_train_bench: error: --cuda-graph times replays: it needs --mode overlapped or local "
+                 "and --warmup 4 or more (3 eager steps and the capture are not timed)\n");
+    std::exit(2);
+  }
   return o;
 }
 
@@ -378,6 +391,24 @@ int train_bench(const BenchOptions& o, const ddp::LaunchEnv& launch, ddp::Proces
   DDP_CHECK(steps_per_epoch > 0, "the dataset has no batch for this rank", "use more --samples or fewer ranks");
 
   model.train();
+  // --cuda-graph: the same step (zero_grad, forward, loss, backward with DDP's hooks, the optimizer),
+  // captured once and replayed; its refusals (CPU, Gloo, SGD, fp16) are the library's.
+  std::unique_ptr<ddp::CudaGraphStep> graph;
+  if (o.cuda_graph) {
+    ddp::CaptureContext context;
+    context.device = device;
+    context.backend = ddp_model ? pg.backend_name() : "";
+    context.autocast = o.precision != "fp32";
+    context.grad_scaler = o.precision == "fp16";
+    auto step = [&w, &model](const torch::Tensor& x, const torch::Tensor& y) {
+      w.optimizer->zero_grad();
+      torch::Tensor loss = w.loss(model.forward(x), y);
+      loss.backward();
+      w.optimizer->step();
+      return loss;
+    };
+    graph = std::make_unique<ddp::CudaGraphStep>(step, *w.optimizer, context);
+  }
   StepTimes timer(device, o.steps);
   ddpw::SyncCounter syncs;
   torch::Tensor final_loss;
@@ -393,6 +424,12 @@ int train_bench(const BenchOptions& o, const ddp::LaunchEnv& launch, ddp::Proces
     const int64_t epoch = step / steps_per_epoch;
     if (epoch != sampler.epoch()) sampler.set_epoch(epoch);
     ddp::Batch batch = loader.batch(step % steps_per_epoch);
+    if (graph) {  // the batch copied into the graph's input, one replay (no forward mark of its own)
+      final_loss = (*graph)(batch.input, batch.target);
+      if (timed >= 0) timer.mark(timed, 1);
+      if (timed >= 0) timer.mark(timed, 2);
+      continue;
+    }
     w.optimizer->zero_grad();
     torch::Tensor loss = w.loss(model.forward(batch.input), batch.target);
     if (timed >= 0) timer.mark(timed, 1);
@@ -448,8 +485,12 @@ int train_bench(const BenchOptions& o, const ddp::LaunchEnv& launch, ddp::Proces
     std::printf("%10s %11s %8s %6d %8d %6d %9lld %7.2f %8zu %6d %9.3f %9.3f %9.3f %12.1f  %s\n", o.workload.c_str(),
                 o.mode.c_str(), pg.backend_name().c_str(), world, o.threads, o.batch_size,
                 static_cast<long long>(params), ddp_model ? o.bucket_mb : 0.0, buckets, o.steps, med * 1e3,
-                sorted.front() * 1e3, p90 * 1e3, static_cast<double>(o.batch_size) * world / med, "c++");
+                sorted.front() * 1e3, p90 * 1e3, static_cast<double>(o.batch_size) * world / med,
+                graph ? "c++-graph" : "c++");
     std::printf("# timing: %s\n", timer.method());
+    if (graph)
+      std::printf("# cuda graph: %lld steps replayed, %lld eager (warm-up); the forward-pass line is the replay's\n",
+                  static_cast<long long>(graph->replays()), static_cast<long long>(graph->eager_steps()));
     std::printf("# optimizer: %s (%s)\n", o.workload == "cnn" ? "ddp::Adadelta" : "ddp::Sgd",
                 device.is_cuda() ? "multi-tensor foreach kernels" : "per tensor, as torch.optim on the CPU");
     if (o.precision != "fp32")

@@ -77,6 +77,20 @@ AdamOptions adam_options(const AdamConfig& c) {
 
 AdamOptions adam_options(const Options& o) { return adam_options(adam_config(o)); }
 
+CaptureContext capture_context(const Options& o, torch::Device device, const ProcessGroup* pg) {
+  DDP_CHECK(o.zero_stage == 0,
+            "--cuda-graph captures the single and ddp strategies' step; ZeRO stage " + std::to_string(o.zero_stage) +
+                "'s is not captured",
+            "use --strategy ddp (or single) with --cuda-graph, or leave out --cuda-graph");
+  CaptureContext context;
+  context.device = device;
+  context.backend = pg ? pg->backend_name() : "";
+  if (pg) context.ddp = ddp_options(o);
+  context.autocast = o.precision != "fp32";
+  context.grad_scaler = o.precision == "fp16";
+  return context;
+}
+
 ProcessGroupOptions process_group_options(const Options& o) {
   ProcessGroupOptions p;
   p.backend = o.backend;

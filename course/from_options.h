@@ -11,6 +11,7 @@
 
 #include "course/deepspeed_config.h"
 #include "course/options.h"
+#include "ddp/cuda_graph_step.h"
 #include "ddp/distributed_data_parallel.h"
 #include "ddp/grad_scaler.h"
 #include "ddp/multi_tensor_adam.h"
@@ -37,6 +38,11 @@ ddp::GradScalerOptions grad_scaler_options(const Options& options);
 ddp::AdamOptions adam_options(const AdamConfig& config);
 // A ZeRO program's: ds_config.json's optimizer, else AdamW's defaults; --lr wins (zero_settings.h).
 ddp::AdamOptions adam_options(const Options& options);
+
+// What --cuda-graph's capture must know of the run (CudaGraphStep::check refuses the rest): the
+// device, the process group's backend (none for single), ddp_options, --precision's autocast and
+// GradScaler. A ZeRO strategy (--zero, zero1/zero2) is an error here: its step is not captured.
+ddp::CaptureContext capture_context(const Options& options, torch::Device device, const ddp::ProcessGroup* pg);
 
 // The process-group settings of the command line (--backend, --*-timeout).
 ddp::ProcessGroupOptions process_group_options(const Options& options);

@@ -181,9 +181,9 @@ std::string unoffered_option_fix(const ProgramId& p, const std::string& error) {
     return "--reshard-after-forward, --checkpoint-activations and --accumulate are FSDP's: run step6_fully_sharded";
   }
   if (mentions("--strategy") || mentions("--gpus") || mentions("--devices") || mentions("--nodes") ||
-      mentions("--epochs")) {
+      mentions("--epochs") || mentions("--cuda-graph")) {
     if (p.kind == "exercise" && p.step == 5) return todo(5, "offer Lightning's options (ddpw::kTrainerOptions)");
-    return "--strategy, --gpus, --nodes and --epochs are the trainer's (step5_trainer)";
+    return "--strategy, --gpus, --nodes, --epochs and --cuda-graph are the trainer's (step5_trainer)";
   }
   return "";
 }
@@ -204,6 +204,7 @@ void name_library_settings() {
       {Setting::kFreshStart, "--fresh"},
       {Setting::kZeroStage, "--zero"},
       {Setting::kExportWeightsPath, "--export-weights"},
+      {Setting::kCudaGraph, "--cuda-graph"},
   };
   for (const auto& [setting, flag] : kFlags) set_setting_name(setting, flag);
 }
@@ -395,6 +396,10 @@ Options parse_options(int argc, char** argv, const std::string& description, uns
                    "Nodes (Lightning's num_nodes): must be what the launcher "
                    "started (0: as launched)")
         ->check(whole("--nodes", 0, 100000));
+    app.add_flag("--cuda-graph", o.cuda_graph,
+                 "Capture the training step (forward, backward, allreduces, optimizer) in one CUDA graph after 3 "
+                 "eager steps and replay it (single or ddp; NCCL; fp32; the CNN's Adadelta or the linear model's SGD; the "
+                 "last, partial batch runs eagerly)");
   }
 
   if (add_options) add_options(app, o);

@@ -83,6 +83,7 @@ struct Options {
                          // empty: the program's own (steps 0-3)
   int gpus = 0;          // processes per node (--gpus, --devices); 0: as the launcher started them
   int nodes = 0;         // --nodes; 0: as the launcher started them
+  bool cuda_graph = false;  // --cuda-graph: each step replayed from one CUDA graph (ddp::CudaGraphStep)
 
   ProgramId program;  // which program parsed these (its snapshots record it)
 };

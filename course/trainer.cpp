@@ -3,6 +3,7 @@
 #include <fstream>
 #include <memory>
 #include <optional>
+#include <string>
 
 #include "course/check_launch.h"
 #include "course/compute.h"
@@ -12,6 +13,7 @@
 #include "course/run_main.h"
 #include "course/run_report.h"
 #include "course/zero_settings.h"
+#include "ddp/cuda_graph_step.h"
 #include "ddp/data.h"
 #include "ddp/device.h"
 #include "ddp/distributed_data_parallel.h"
@@ -41,6 +43,7 @@ class Strategy {
   virtual std::optional<TrainingState> load() = 0;    // all ranks call it
   virtual void save(const TrainingState& state) = 0;  // all ranks call it
   virtual KeptBytes kept() = 0;                       // what this rank keeps between steps, measured
+  virtual std::string graph_summary() const { return ""; }  // --cuda-graph: how the steps ran
 };
 
 // A ZeRO run's manifest (JSON) where single or ddp expects a plain snapshot: name the strategies that
@@ -65,16 +68,14 @@ class Replicated final : public Strategy {
       : options_(o), launch_(launch), workload_(w), model_(w.make_model(device)) {
     if (pg) ddp_ = std::make_unique<DistributedDataParallel<Model>>(model_, pg, ddp_options(o));
     optimizer_ = w.make_optimizer(*model_);
+    if (o.cuda_graph)  // the same step, captured after its warm-up and replayed (cuda_graph_step.h)
+      graph_ = std::make_unique<CudaGraphStep>([this](const torch::Tensor& x, const torch::Tensor& y) { return step(x, y); },
+                                               *optimizer_, capture_context(o, device, pg.get()));
   }
   Model& plain_model() override { return *model_; }
   void begin_epoch(int64_t epoch) override { set_learning_rate(*optimizer_, workload_.learning_rate(epoch)); }
   torch::Tensor train_step(const Batch& batch) override {
-    optimizer_->zero_grad();
-    auto output = ddp_ ? ddp_->forward(batch.input) : model_->forward(batch.input);  // ddp: through the wrapper
-    auto loss = workload_.loss(output, batch.target);
-    loss.backward();  // with ddp: the buckets' allreduce runs during backward (the hooks of ddp_)
-    optimizer_->step();
-    return loss;
+    return graph_ ? (*graph_)(batch.input, batch.target) : step(batch.input, batch.target);
   }
   std::optional<TrainingState> load() override {
     refuse_sharded_snapshot(options_);
@@ -86,6 +87,11 @@ class Replicated final : public Strategy {
   KeptBytes kept() override {
     return kept_bytes(*model_, *optimizer_, ddp_ ? "DDP: every rank keeps all of it" : "one process");
   }
+  std::string graph_summary() const override {
+    if (!graph_) return "";
+    return "CUDA graph: " + std::to_string(graph_->replays()) + " steps replayed, " +
+           std::to_string(graph_->eager_steps()) + " eager (warm-up, batches of another shape)";
+  }
 
  private:
   const Options& options_;
@@ -94,6 +100,16 @@ class Replicated final : public Strategy {
   std::shared_ptr<Model> model_;
   std::unique_ptr<DistributedDataParallel<Model>> ddp_;  // none for single
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
+  std::unique_ptr<CudaGraphStep> graph_;  // --cuda-graph
+
+  torch::Tensor step(const torch::Tensor& input, const torch::Tensor& target) {
+    optimizer_->zero_grad();
+    auto output = ddp_ ? ddp_->forward(input) : model_->forward(input);  // ddp: through the wrapper
+    auto loss = workload_.loss(output, target);
+    loss.backward();  // with ddp: the buckets' allreduce runs during backward (the hooks of ddp_)
+    optimizer_->step();
+    return loss;
+  }
 };
 
 // zero1 and zero2 (step 4): ZeroDataParallel and ShardedAdamW, DeepSpeed's clipping and WarmupLR
@@ -104,7 +120,9 @@ class Sharded final : public Strategy {
       : options_(o),
         workload_(w),
         model_(w.make_model(device), pg, zero_options(o)),
-        optimizer_(model_, adam_options(o)) {}
+        optimizer_(model_, adam_options(o)) {
+    if (o.cuda_graph) capture_context(o, device, pg.get());  // refuses: ZeRO's step is not captured
+  }
   Model& plain_model() override { return *model_.module(); }
   void begin_epoch(int64_t) override {}  // the rate changes every step
   torch::Tensor train_step(const Batch& batch) override {
@@ -169,6 +187,7 @@ int train_epochs(const Options& o, const LaunchEnv& launch, torch::Device device
     if (epoch == epochs_run) report_memory(reporter, strategy->kept());  // each rank: what it keeps (step 4)
     if ((epoch + 1) % o.save_every == 0 || epoch + 1 == o.total_epochs) save(epoch + 1, 0);
   }
+  if (const std::string graph = strategy->graph_summary(); !graph.empty()) reporter.print("{}", graph);
   reporter.end_training(strategy->plain_model());
   return kExitOk;
 }

@@ -85,9 +85,13 @@ torch::Tensor Adadelta::step(LossClosure closure) {
     at::AutoGradMode enable_grad(true);
     loss = closure();
   }
-  for (auto& group : param_groups_) {
+  if (capturable_) update_device_lr();
+  for (size_t group_index = 0; group_index < param_groups_.size(); ++group_index) {
+    auto& group = param_groups_[group_index];
     const auto& options = static_cast<const AdadeltaOptions&>(group.options());
     const double lr = options.lr(), rho = options.rho(), eps = options.eps(), weight_decay = options.weight_decay();
+    const torch::Tensor neg_lr =
+        capturable_ ? device_lr_.negated(group_index) : torch::Tensor();  // else lr on the host
     // The parameters with a gradient, their gradients and states (created at the first gradient).
     std::vector<torch::Tensor> params, grads, square_avgs, acc_deltas;
     for (auto& param : group.params()) {
@@ -111,7 +115,10 @@ torch::Tensor Adadelta::step(LossClosure closure) {
         const auto grad_rms = square_avg.add(eps).sqrt_();
         const auto delta = acc_delta.add(eps).sqrt_().div_(grad_rms).mul_(grad);  // RMS[dx]/RMS[g]*g
         acc_delta.mul_(rho).addcmul_(delta, delta, 1 - rho);
-        params[i].add_(delta, -lr);
+        if (neg_lr.defined())
+          params[i].add_(delta.mul_(neg_lr.to(delta.options())));
+        else
+          params[i].add_(delta, -lr);
       }
       continue;
     }
@@ -132,10 +139,29 @@ torch::Tensor Adadelta::step(LossClosure closure) {
       torch::_foreach_mul_(delta, g);
       torch::_foreach_mul_(acc, rho);
       torch::_foreach_addcmul_(acc, delta, delta, 1 - rho);
-      torch::_foreach_add_(p, delta, -lr);
+      if (neg_lr.defined()) {  // read on the device: a captured graph follows set_lr
+        torch::_foreach_mul_(delta, neg_lr.to(p.front().options()));
+        torch::_foreach_add_(p, delta);
+      } else {
+        torch::_foreach_add_(p, delta, -lr);
+      }
     }
   }
   return loss;
+}
+
+void Adadelta::make_capturable() {
+  capturable_ = true;
+  update_device_lr();
+}
+
+void Adadelta::update_device_lr() { device_lr_.update(param_groups_); }
+
+void Adadelta::count_replayed_step() {
+  for (auto& entry : state_) {
+    auto& state = static_cast<AdadeltaParamState&>(*entry.second);
+    state.step(state.step() + 1);
+  }
 }
 
 const AdadeltaParamState* Adadelta::state_of(const torch::Tensor& param) const {

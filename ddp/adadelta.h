@@ -5,6 +5,7 @@
 //          bit-identical. Like torch.optim.Adadelta it updates all parameters of a device with multi-tensor
 //          (_foreach_*) kernels when they live on a GPU, one tensor at a time on the CPU. Mixed
 //          precision: it takes GradScaler's found_inf and skips on the device (SupportsAmpScaling).
+//          CUDA graphs: make_capturable() puts the learning rate in a device tensor (GraphCapturable).
 #pragma once
 
 #include <torch/torch.h>
@@ -12,7 +13,9 @@
 #include <optional>
 #include <vector>
 
+#include "ddp/detail/device_lr.h"  // defines: DeviceLearningRates
 #include "ddp/grad_scaler.h"
+#include "ddp/graph_capturable.h"  // defines: GraphCapturable
 
 namespace ddp {
 
@@ -40,7 +43,7 @@ struct AdadeltaParamState : public torch::optim::OptimizerCloneableParamState<Ad
   void serialize(torch::serialize::OutputArchive& archive) const override;
 };
 
-class Adadelta : public torch::optim::Optimizer, public SupportsAmpScaling {
+class Adadelta : public torch::optim::Optimizer, public SupportsAmpScaling, public GraphCapturable {
  public:
   explicit Adadelta(std::vector<torch::Tensor> params, AdadeltaOptions options = {});
   Adadelta(std::vector<torch::Tensor> params, double lr, double rho = 0.9, double eps = 1e-6, double weight_decay = 0);
@@ -62,10 +65,19 @@ class Adadelta : public torch::optim::Optimizer, public SupportsAmpScaling {
   // compute the same operations in the same order on every element.
   void set_foreach(std::optional<bool> foreach) { foreach_ = foreach; }
 
+  // GraphCapturable: the update p += (-lr) x delta multiplies by a device tensor holding -lr (a
+  // power of two, as the CNN's 1.0, gives the same bits as the host-scalar step; other rates may
+  // differ from it in the last bit, being rounded to the parameters' dtype first, as on the GPU).
+  void make_capturable() override;
+  void update_device_lr() override;
+  void count_replayed_step() override;
+  const torch::Tensor& device_lr(size_t group) const { return device_lr_.negated(group); }  // holds -lr
+
  private:
   // The parameter's state, created at its first gradient (zeros); counts this step.
   AdadeltaParamState& state_for(const torch::Tensor& param);
   std::optional<bool> foreach_;
+  optim_detail::DeviceLearningRates device_lr_;  // capturable: each group's -lr on the device
 };
 
 }  // namespace ddp

@@ -26,6 +26,7 @@ constexpr std::array<LibraryName, static_cast<size_t>(Setting::kCount)> kLibrary
     {"no snapshot loaded", "no snapshot loaded", ""},
     {"ZeroOptions::stage", "ZeroOptions::stage = ", ""},
     {"export_weights", "export_weights path ", ""},
+    {"CudaGraphStep", "CudaGraphStep ", ""},
 }};
 
 std::mutex registry_mutex;

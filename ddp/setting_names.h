@@ -22,6 +22,7 @@ enum class Setting {
   kFreshStart,         // a run that does not load its snapshot, and so starts over
   kZeroStage,          // ZeroOptions::stage
   kExportWeightsPath,  // the path export_weights writes
+  kCudaGraph,          // training through a CudaGraphStep (a switch: its name alone)
   kCount
 };
 

@@ -18,7 +18,8 @@ torch::Tensor Sgd::step(LossClosure closure) {
   bool all_foreach = true;
   for (const auto& group : param_groups_)
     all_foreach = all_foreach && optim_detail::use_foreach(foreach_, group.params());
-  if (!all_foreach) return torch::optim::SGD::step(std::move(closure));  // the per-tensor step, unchanged
+  if (!all_foreach && !capturable_) return torch::optim::SGD::step(std::move(closure));  // the per-tensor step
+  if (capturable_) update_device_lr();
 
   torch::NoGradGuard no_grad;
   torch::Tensor loss;
@@ -26,7 +27,8 @@ torch::Tensor Sgd::step(LossClosure closure) {
     at::AutoGradMode enable_grad(true);
     loss = closure();
   }
-  for (auto& group : param_groups_) {
+  for (size_t group_index = 0; group_index < param_groups_.size(); ++group_index) {
+    auto& group = param_groups_[group_index];
     const auto& options = static_cast<const torch::optim::SGDOptions&>(group.options());
     const double lr = options.lr(), momentum = options.momentum(), dampening = options.dampening(),
                  weight_decay = options.weight_decay();
@@ -67,10 +69,18 @@ torch::Tensor Sgd::step(LossClosure closure) {
         // (Python adds in place into the gradients here; the result is the same, .grad stays as it was.)
         g = options.nesterov() ? torch::_foreach_add(g, buffers, momentum) : buffers;
       }
-      torch::_foreach_add_(p, g, -lr);
+      if (capturable_)  // the rate read on the device (out of place: g may be the momentum buffers)
+        torch::_foreach_add_(p, torch::_foreach_mul(g, device_lr_.negated_like(group_index, p.front())));
+      else
+        torch::_foreach_add_(p, g, -lr);
     }
   }
   return loss;
+}
+
+void Sgd::make_capturable() {
+  capturable_ = true;
+  update_device_lr();
 }
 
 void Sgd::step_unless_found_inf(const torch::Tensor& found_inf) {

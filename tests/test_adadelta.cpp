@@ -252,6 +252,48 @@ TEST(Adadelta, MultiTensorStepEqualsPerTensorStepInFloat64) {
   }
 }
 
+// make_capturable (what CudaGraphStep calls): the rate is read from a 0-dim tensor on the device,
+// refilled when the group's lr changes. With rates that are powers of two the steps equal the
+// host-scalar steps bit for bit, in both kernels (the float32 parameter takes the float64 group's rate).
+TEST(Adadelta, CapturableStepReadsTheRateFromItsTensor) {
+  for (bool foreach : {true, false}) {
+    MixedProblem graphable, plain;
+    const auto options = ddp::AdadeltaOptions(0.5).rho(0.9).eps(1e-6).weight_decay(0.1);
+    ddp::Adadelta capturable(graphable.params(), options), host(plain.params(), options);
+    capturable.set_foreach(foreach);
+    host.set_foreach(foreach);
+    capturable.make_capturable();
+    ASSERT_TRUE(capturable.capturable());
+    EXPECT_EQ(capturable.device_lr(0).item<double>(), -0.5);
+    for (int step = 0; step < 6; ++step) {
+      if (step == 3) {  // a schedule between steps: the host rate, then its tensor before the next step
+        capturable.param_groups()[0].options().set_lr(0.25);
+        host.param_groups()[0].options().set_lr(0.25);
+        capturable.update_device_lr();
+        EXPECT_EQ(capturable.device_lr(0).item<double>(), -0.25);
+      }
+      graphable.compute_gradients();
+      capturable.step();
+      plain.compute_gradients();
+      host.step();
+      for (size_t i = 0; i < plain.params().size(); ++i)
+        EXPECT_TRUE(torch::equal(graphable.params()[i], plain.params()[i]))
+            << "foreach " << foreach << ", step " << step;
+    }
+    // A replay runs no host code: the host counts it afterwards.
+    const int64_t steps = capturable.state_of(graphable.v)->step();
+    capturable.count_replayed_step();
+    EXPECT_EQ(capturable.state_of(graphable.v)->step(), steps + 1);
+    // The step reads the tensor, not the host number: a rate of 0 written there (the host still says
+    // 0.25) leaves the parameters where they are.
+    capturable.device_lr(0).fill_(0.0);
+    const auto before = graphable.v.detach().clone();
+    graphable.compute_gradients();
+    capturable.step();
+    EXPECT_TRUE(torch::equal(graphable.v, before)) << "foreach " << foreach << ": the step used the host rate";
+  }
+}
+
 // torch.optim.Adadelta(..., foreach=True) gives the numbers of MatchesPyTorchAfterFiveSteps too
 // (PyTorch 2.11.0, the script above with foreach=True; checked equal to foreach=False there).
 TEST(Adadelta, MultiTensorStepMatchesPyTorchForeachAfterFiveSteps) {

@@ -407,6 +407,14 @@ TEST_F(OptionsTest, PrecisionIsFp32UnlessAsked) {
   EXPECT_TRUE(parse({"5", "1", "--bf16-compress"}, ddpw::kTrainingOptions | ddpw::kDistributedOptions).bf16_compress);
 }
 
+// --cuda-graph (ddp::CudaGraphStep) is the trainer's: off unless asked; other programs do not offer it.
+TEST_F(OptionsTest, CudaGraphIsTheTrainersAndOffUnlessAsked) {
+  const unsigned trainer = ddpw::kTrainingOptions | ddpw::kTrainerOptions;
+  EXPECT_FALSE(parse({"--epochs", "1"}, trainer).cuda_graph);
+  EXPECT_TRUE(parse({"--epochs", "1", "--cuda-graph"}, trainer).cuda_graph);
+  EXPECT_EXIT(parse({"5", "1", "--cuda-graph"}), ExitedWithCode(2), "--cuda-graph");
+}
+
 // --check-collectives (ddp::ProcessGroupOptions::check_collectives): off unless asked.
 TEST_F(OptionsTest, CheckCollectivesIsOffUnlessAsked) {
   const unsigned groups = ddpw::kTrainingOptions | ddpw::kDistributedOptions;

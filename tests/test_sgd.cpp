@@ -69,6 +69,42 @@ TEST(Sgd, MultiTensorStepEqualsTorchSgdInFloat64) {
   }
 }
 
+// make_capturable (CudaGraphStep): the multi-tensor step with the rate read from a device tensor.
+// Rates that are powers of two give the multi-tensor host-scalar step's numbers bit for bit (momentum
+// and Nesterov too: the buffers are not scaled in place); a rate written into the tensor is what moves.
+TEST(Sgd, CapturableStepReadsTheRateFromItsTensor) {
+  const std::vector<torch::optim::SGDOptions> kinds = {
+      torch::optim::SGDOptions(0.125).weight_decay(0.01),
+      torch::optim::SGDOptions(0.125).momentum(0.9).dampening(0.1).weight_decay(0.01),
+      torch::optim::SGDOptions(0.0625).momentum(0.9).nesterov(true)};
+  for (const auto& options : kinds) {
+    SgdProblem graphable, plain;
+    ddp::Sgd capturable(graphable.all(), options), host(plain.all(), options);
+    host.set_foreach(true);
+    capturable.make_capturable();  // on the CPU too: the multi-tensor step
+    EXPECT_EQ(capturable.device_lr(0).item<double>(), -options.lr());
+    for (int step = 0; step < 6; ++step) {
+      if (step == 3) {  // a schedule: the host rate, then its tensor at the next step
+        capturable.param_groups()[0].options().set_lr(options.lr() / 2);
+        host.param_groups()[0].options().set_lr(options.lr() / 2);
+      }
+      graphable.compute_gradients(true);
+      capturable.step();
+      plain.compute_gradients(true);
+      host.step();
+      for (size_t i = 0; i < plain.all().size(); ++i)
+        EXPECT_TRUE(torch::equal(graphable.all()[i], plain.all()[i]))
+            << "momentum " << options.momentum() << ", step " << step << ", parameter " << i;
+    }
+    EXPECT_EQ(capturable.device_lr(0).item<double>(), -options.lr() / 2);
+    capturable.device_lr(0).fill_(0.0);  // the host still says lr / 2
+    const auto before = graphable.w.detach().clone();
+    graphable.compute_gradients(true);
+    capturable.step();
+    EXPECT_TRUE(torch::equal(graphable.w, before)) << "the step used the host rate";
+  }
+}
+
 // On the CPU, as torch.optim decides with foreach=None, the step is torch::optim::SGD's own.
 TEST(Sgd, OnTheCpuItIsTorchSgdBitForBit) {
   const auto options = torch::optim::SGDOptions(0.1).momentum(0.9).weight_decay(0.01);
