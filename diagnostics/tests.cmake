@@ -9,7 +9,7 @@ set(_expect "${PROJECT_SOURCE_DIR}/diagnostics/expect.sh")
 add_executable(diagnostics_tests ${PROJECT_SOURCE_DIR}/diagnostics/test_preflight.cpp)
 target_link_libraries(diagnostics_tests PRIVATE diagnostics_preflight GTest::gtest_main ddpw_warnings)
 gtest_discover_tests(diagnostics_tests TEST_PREFIX "diagnostics.preflight." PROPERTIES LABELS unit
-                     ENVIRONMENT "${DDPW_CPU_ONLY_ENV}")
+                     ENVIRONMENT "${DDPW_CPU_ONLY_ENV}" ENVIRONMENT_MODIFICATION "${DDPW_WAITS_SLEEP}")
 
 find_program(DDPW_MPIRUN mpirun)
 find_program(DDPW_TORCHRUN torchrun HINTS "$ENV{HOME}/.cache/ddp-workshop/venv/bin")
