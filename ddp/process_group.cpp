@@ -20,6 +20,7 @@
 
 #include "ddp/config.h"  // defines: DDPW_HAVE_*, DDPW_TORCH_VERSION
 #include "ddp/detail/collective_check.h"
+#include "ddp/detail/collective_trace.h"
 #include "ddp/detail/gloo_backend.h"
 #include "ddp/detail/gpu_sharing.h"
 #include "ddp/device.h"
@@ -342,7 +343,7 @@ void ProcessGroup::join_backend() {
           make_gloo_backend(backend_store, rank_, size_, loopback_master_, rendezvous_timeout_, collective_timeout_);
     } else
       backend_ = make_nccl_backend(backend_store, rank_, size_, collective_timeout_);
-    if (check_collectives_) join_collective_check();
+    join_collective_check();
   } catch (const c10::Error& e) {
     throw Error("rank " + std::to_string(rank_) + " could not connect the " + backend_name_ + " backend (rendezvous " +
                     rendezvous_ + ") after " +
@@ -355,16 +356,32 @@ void ProcessGroup::join_backend() {
   barrier("the first collective after joining the group");
 }
 
-// The check's own Gloo group (CPU, whatever the backend), over the same store (collective_check.h).
+// The wrapper that numbers the collectives and, with the check on, checks them on its own Gloo group
+// (CPU, whatever the backend), over the same store (collective_check.h).
 void ProcessGroup::join_collective_check() {
-  auto helper = make_gloo_backend(c10::make_intrusive<c10d::PrefixStore>("check", store_), rank_, size_,
-                                  loopback_master_, rendezvous_timeout_, collective_timeout_);
+  c10::intrusive_ptr<c10d::Backend> helper;
+  if (check_collectives_)
+    helper = make_gloo_backend(c10::make_intrusive<c10d::PrefixStore>("check", store_), rank_, size_, loopback_master_,
+                               rendezvous_timeout_, collective_timeout_);
   CheckedBackend::Hooks hooks;
   hooks.failing = [this](const std::string& message) {
     note_failure("rank " + std::to_string(rank_) + ": " + message, true);
   };
   hooks.fail = [this](const std::string& what, double waited_s, const std::string& why) { fail(what, waited_s, why); };
-  checked_ = c10::make_intrusive<CheckedBackend>(backend_, helper, collective_timeout_, host_name(), std::move(hooks));
+  hooks.entering = [this](int64_t seq, const std::string& what) {
+    if (trace_) trace_->entering(seq, what);
+  };
+  numbered_ = c10::make_intrusive<CheckedBackend>(backend_, helper, collective_timeout_, host_name(), std::move(hooks));
+}
+
+CommBackend& ProcessGroup::backend() { return numbered_ ? *numbered_ : *backend_; }
+
+// The collective's number from the wrapper that issued it; a work it did not issue (none: every
+// collective goes through backend()) is filed under the group's last number.
+void ProcessGroup::trace_wait(const c10d::Work& work, const std::string& what) {
+  if (!trace_ || !numbered_) return;
+  const int64_t seq = numbered_->number_of(work);
+  trace_->entering(seq > 0 ? seq : numbered_->issued(), what);
 }
 
 void ProcessGroup::refuse_shared_gpus() {
@@ -488,7 +505,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroup::allreduce_sum_async(std::vector<tor
 }
 
 void ProcessGroup::wait(const c10::intrusive_ptr<c10d::Work>& work, const std::string& what) {
-  if (trace_) trace_->entering(what);
+  trace_wait(*work, what);
   finish_wait(work, what);
 }
 
@@ -509,7 +526,7 @@ void ProcessGroup::finish_wait(const c10::intrusive_ptr<c10d::Work>& work, const
 }
 
 void ProcessGroup::wait_on_host(const c10::intrusive_ptr<c10d::Work>& work, const std::string& what) {
-  if (trace_) trace_->entering(what);
+  trace_wait(*work, what);
   HostWaitPolicy policy;
   policy.timeout = collective_timeout_;
   policy.stop_grace = stop_grace_;

@@ -53,7 +53,6 @@
 #include <string>
 #include <vector>
 
-#include "ddp/detail/collective_trace.h"
 #include "ddp/error.h"
 #include "ddp/launch_env.h"
 
@@ -62,6 +61,8 @@
 namespace ddp {
 
 using CommBackend = c10d::Backend;  // Gloo/NCCL are c10d Backends
+class CheckedBackend;               // the group's collectives numbered (and checked): collective_check.h
+class CollectiveTrace;              // each rank's last collective, in the store: collective_trace.h
 
 struct ProcessGroupOptions {
   std::string backend = "auto";  // auto: NCCL for CUDA devices, Gloo for CPU
@@ -98,9 +99,10 @@ class ProcessGroup {
   int size() const { return size_; }
   const std::string& backend_name() const { return backend_name_; }
   const torch::Device& device() const { return device_; }
-  // c10d's own backend and store, for what this class does not wrap (waits: use wait()). With the
-  // collective check on, the backend is the checking wrapper around it.
-  CommBackend& backend() { return checked_ ? *checked_ : *backend_; }
+  // c10d's own backend and store, for what this class does not wrap (waits: use wait()). The
+  // backend is a wrapper around it that numbers each collective (the numbers the collective check
+  // and the trace give it) and, with the check on, checks it (collective_check.h).
+  CommBackend& backend();
   bool checks_collectives() const { return check_collectives_; }
   c10d::Store& store() { return *store_; }
 
@@ -136,7 +138,8 @@ class ProcessGroup {
   void store_barrier(const std::string& name, int expected, bool count_me, bool wait_here,
                      std::chrono::milliseconds timeout);
   void abort_backend() noexcept;
-  void finish_wait(const c10::intrusive_ptr<c10d::Work>& work, const std::string& what);  // wait(), uncounted
+  void finish_wait(const c10::intrusive_ptr<c10d::Work>& work, const std::string& what);  // wait(), not traced
+  void trace_wait(const c10d::Work& work, const std::string& what);  // the trace enters the work's collective
 
   int rank_, size_;
   std::string backend_name_;
@@ -147,9 +150,9 @@ class ProcessGroup {
   bool failed_ = false, aborted_ = false, shut_down_ = false;
   bool check_collectives_ = false;
   c10::intrusive_ptr<c10d::Store> store_;
-  std::unique_ptr<CollectiveTrace> trace_;   // each rank's last collective, in the store (collective_trace.h)
-  c10::intrusive_ptr<CommBackend> backend_;  // declared after store_: destroyed before it
-  c10::intrusive_ptr<CommBackend> checked_;  // backend_ behind the collective check, when it is on
+  std::unique_ptr<CollectiveTrace> trace_;       // each rank's last collective, in the store (collective_trace.h)
+  c10::intrusive_ptr<CommBackend> backend_;      // declared after store_: destroyed before it
+  c10::intrusive_ptr<CheckedBackend> numbered_;  // backend_ numbered, and checked when the check is on
   torch::Device device_;
   int64_t gather_round_ = 0;
 };

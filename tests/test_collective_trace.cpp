@@ -6,7 +6,8 @@
 //     (3 s): its error names rank 1, the collective it never arrived at and the one it entered
 //     last, read from the store.
 // The fault matrix (tests/faults/rank_killed.sh) checks the same on a real program whose rank is
-// stopped or killed.
+// stopped or killed. CollectiveCheck.TheCheckAndTheTraceGiveACollectiveOneNumber: the check's
+// numbers are the trace's.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -237,9 +238,10 @@ TEST(CollectiveCheck, MatchingCollectivesPassWithTheSameResults) {
     const bool right = torch::equal(sum, torch::full({5}, 3.0f)) &&
                        torch::equal(from_one[0], torch::ones({2, 2}, torch::kFloat64)) &&
                        torch::equal(flat, torch::tensor({0, 0, 10, 10}, torch::kInt64));
-    const auto* checked = dynamic_cast<ddp::CheckedBackend*>(&pg.backend());
-    const bool as_asked = pg.checks_collectives() == (checked != nullptr) &&
-                          (!checked || checked->checked() == 5);  // the join's barrier and these four
+    // Numbered either way (the join's barrier and these four); checked only when asked.
+    const auto* numbered = dynamic_cast<ddp::CheckedBackend*>(&pg.backend());
+    const bool as_asked = numbered && numbered->checking() == pg.checks_collectives() && numbered->issued() == 5 &&
+                          numbered->checked() == (pg.checks_collectives() ? 5 : 0);
     return right && as_asked ? 0 : 1;
   };
   EXPECT_EQ(run_checked(false, body, "off"), 0);
@@ -247,6 +249,42 @@ TEST(CollectiveCheck, MatchingCollectivesPassWithTheSameResults) {
   const int rc = run_checked(
       false, [&](int rank, ddp::ProcessGroup& pg) { return pg.checks_collectives() ? body(rank, pg) : 1; }, "on");
   ::unsetenv("TORCH_DISTRIBUTED_DEBUG");
+  EXPECT_EQ(rc, 0);
+}
+
+// One number per collective for the check and the trace (the group's count of the collectives it
+// issued): with the check on, rank 0 calls a collective rank 1 never does and fails in its check,
+// whose "collective 5" is the trace's "#5"; rank 1's last record is the collective it waited for
+// last, under the number it was issued with (#3: the first of two allreduces, waited in reverse).
+TEST(CollectiveCheck, TheCheckAndTheTraceGiveACollectiveOneNumber) {
+  const int rc = ddp_test::run_processes(2, [](int rank, const ddp::LaunchEnv& launch) {
+    ddp::ProcessGroupOptions options;
+    options.backend = "gloo";
+    options.rendezvous_timeout = std::chrono::seconds(30);
+    options.collective_timeout = std::chrono::seconds(1);  // rank 0's check waits this long for rank 1
+    options.check_collectives = true;
+    auto pg = ddp::init_process_group(launch, torch::Device(torch::kCPU), options);  // #1: the joining barrier
+    auto loss = torch::ones({1});
+    pg->allreduce_sum(loss, "the loss");  // #2
+    std::vector<torch::Tensor> first{torch::ones({3})}, second{torch::ones({4})};
+    auto first_work = pg->allreduce_sum_async(first);    // #3
+    auto second_work = pg->allreduce_sum_async(second);  // #4
+    pg->wait(second_work, "the second bucket");
+    pg->wait(first_work, "the first bucket");
+    if (rank == 1) {  // stays in the group (its record in the store) until rank 0 has its error
+      pg->store().wait({"test/checked"}, std::chrono::seconds(60));
+      return 0;
+    }
+    const Caught c = catch_error([&] { pg->allreduce_sum(loss, "rank 0's guarded allreduce"); });  // #5
+    pg->store().set("test/checked", std::vector<uint8_t>{1});
+    std::printf("[rank 0] after %.2f s: %s\n", c.took, c.text.c_str());
+    const std::string check = "the collective check of allreduce (sum) of float32 [1]";
+    const bool numbered = contains(c.text, "the collective check before collective 5 (") &&
+                          contains(c.text, "this rank (0) is in #5 '" + check + "'") &&
+                          contains(c.text, "rank 1 @ " + ddp::host_name() + " never arrived at #5 '" + check +
+                                               "': its last was #3 'the first bucket'");
+    return numbered && c.took < 10 ? 0 : 1;
+  });
   EXPECT_EQ(rc, 0);
 }
 

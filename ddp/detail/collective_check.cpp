@@ -133,13 +133,44 @@ CheckedBackend::CheckedBackend(c10::intrusive_ptr<c10d::Backend> inner, c10::int
 
 int64_t CheckedBackend::checked() const {
   std::lock_guard<std::mutex> lock(mutex_);
+  return helper_ ? seq_ : 0;
+}
+
+int64_t CheckedBackend::issued() const {
+  std::lock_guard<std::mutex> lock(mutex_);
   return seq_;
 }
 
-void CheckedBackend::check(const std::string& call) {
+int64_t CheckedBackend::number_of(const c10d::Work& work) {
+  std::lock_guard<std::mutex> lock(works_mutex_);
+  // Newest first: a work's address may be an older, finished work's again.
+  for (auto it = works_.rbegin(); it != works_.rend(); ++it) {
+    if (it->first != &work) continue;
+    const int64_t seq = it->second;
+    works_.erase(std::next(it).base());
+    return seq;
+  }
+  return 0;
+}
+
+template <typename Describe, typename Issue>
+c10::intrusive_ptr<c10d::Work> CheckedBackend::run(const Describe& describe, const Issue& issue) {
   std::lock_guard<std::mutex> lock(mutex_);
+  const int64_t seq = ++seq_;
+  if (helper_) check(seq, describe());
+  c10::intrusive_ptr<c10d::Work> work = issue();
+  if (work) {
+    std::lock_guard<std::mutex> works_lock(works_mutex_);
+    works_.emplace_back(work.get(), seq);
+    if (works_.size() > kRemembered) works_.pop_front();
+  }
+  return work;
+}
+
+// Called with mutex_ held.
+void CheckedBackend::check(int64_t seq, const std::string& call) {
   CallPrint mine;
-  mine.seq = ++seq_;
+  mine.seq = seq;
   mine.hash = detail::fnv1a(call);  // the same on every rank
   mine.host = host_;
   mine.call = call;
@@ -149,6 +180,7 @@ void CheckedBackend::check(const std::string& call) {
   std::vector<std::vector<at::Tensor>> output(1);
   for (int r = 0; r < size_; ++r) output[0].push_back(torch::empty({CallPrint::kBytes}, torch::kUInt8));
   const std::string what = "the collective check before collective " + std::to_string(mine.seq) + " (" + call + ")";
+  if (hooks_.entering) hooks_.entering(seq, "the collective check of " + call);
   const auto start = std::chrono::steady_clock::now();
   try {
     helper_->allgather(output, input)->wait(timeout_);
@@ -174,75 +206,84 @@ void CheckedBackend::check(const std::string& call) {
 
 c10::intrusive_ptr<c10d::Work> CheckedBackend::broadcast(std::vector<at::Tensor>& tensors,
                                                          const c10d::BroadcastOptions& opts) {
-  check("broadcast from rank " + std::to_string(opts.rootRank) + " of " + describe_tensors(tensors));
-  return inner_->broadcast(tensors, opts);
+  return run(
+      [&] { return "broadcast from rank " + std::to_string(opts.rootRank) + " of " + describe_tensors(tensors); },
+      [&] { return inner_->broadcast(tensors, opts); });
 }
 
 c10::intrusive_ptr<c10d::Work> CheckedBackend::allreduce(std::vector<at::Tensor>& tensors,
                                                          const c10d::AllreduceOptions& opts) {
-  check("allreduce (" + op_name(opts.reduceOp) + ") of " + describe_tensors(tensors));
-  return inner_->allreduce(tensors, opts);
+  return run([&] { return "allreduce (" + op_name(opts.reduceOp) + ") of " + describe_tensors(tensors); },
+             [&] { return inner_->allreduce(tensors, opts); });
 }
 
 c10::intrusive_ptr<c10d::Work> CheckedBackend::allreduce_coalesced(std::vector<at::Tensor>& tensors,
                                                                    const c10d::AllreduceCoalescedOptions& opts) {
-  check("allreduce_coalesced (" + op_name(opts.reduceOp) + ") of " + describe_tensors(tensors));
-  return inner_->allreduce_coalesced(tensors, opts);
+  return run([&] { return "allreduce_coalesced (" + op_name(opts.reduceOp) + ") of " + describe_tensors(tensors); },
+             [&] { return inner_->allreduce_coalesced(tensors, opts); });
 }
 
 c10::intrusive_ptr<c10d::Work> CheckedBackend::reduce(std::vector<at::Tensor>& tensors,
                                                       const c10d::ReduceOptions& opts) {
-  check("reduce (" + op_name(opts.reduceOp) + ") to rank " + std::to_string(opts.rootRank) + " of " +
-        describe_tensors(tensors));
-  return inner_->reduce(tensors, opts);
+  return run(
+      [&] {
+        return "reduce (" + op_name(opts.reduceOp) + ") to rank " + std::to_string(opts.rootRank) + " of " +
+               describe_tensors(tensors);
+      },
+      [&] { return inner_->reduce(tensors, opts); });
 }
 
 c10::intrusive_ptr<c10d::Work> CheckedBackend::allgather(std::vector<std::vector<at::Tensor>>& outputs,
                                                          std::vector<at::Tensor>& inputs,
                                                          const c10d::AllgatherOptions& opts) {
-  check("allgather of " + describe_tensors(inputs));
-  return inner_->allgather(outputs, inputs, opts);
+  return run([&] { return "allgather of " + describe_tensors(inputs); },
+             [&] { return inner_->allgather(outputs, inputs, opts); });
 }
 
 c10::intrusive_ptr<c10d::Work> CheckedBackend::_allgather_base(at::Tensor& output, at::Tensor& input,
                                                                const c10d::AllgatherOptions& opts) {
-  check("allgather_into_tensor of " + describe_tensors({input}) + " into " + describe_tensors({output}));
-  return inner_->_allgather_base(output, input, opts);
+  return run(
+      [&] { return "allgather_into_tensor of " + describe_tensors({input}) + " into " + describe_tensors({output}); },
+      [&] { return inner_->_allgather_base(output, input, opts); });
 }
 
 c10::intrusive_ptr<c10d::Work> CheckedBackend::allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
                                                                    std::vector<at::Tensor>& inputs,
                                                                    const c10d::AllgatherOptions& opts) {
-  check("allgather_coalesced of " + describe_tensors(inputs));
-  return inner_->allgather_coalesced(outputs, inputs, opts);
+  return run([&] { return "allgather_coalesced of " + describe_tensors(inputs); },
+             [&] { return inner_->allgather_coalesced(outputs, inputs, opts); });
 }
 
 c10::intrusive_ptr<c10d::Work> CheckedBackend::gather(std::vector<std::vector<at::Tensor>>& outputs,
                                                       std::vector<at::Tensor>& inputs,
                                                       const c10d::GatherOptions& opts) {
-  check("gather to rank " + std::to_string(opts.rootRank) + " of " + describe_tensors(inputs));
-  return inner_->gather(outputs, inputs, opts);
+  return run([&] { return "gather to rank " + std::to_string(opts.rootRank) + " of " + describe_tensors(inputs); },
+             [&] { return inner_->gather(outputs, inputs, opts); });
 }
 
 c10::intrusive_ptr<c10d::Work> CheckedBackend::scatter(std::vector<at::Tensor>& outputs,
                                                        std::vector<std::vector<at::Tensor>>& inputs,
                                                        const c10d::ScatterOptions& opts) {
-  check("scatter from rank " + std::to_string(opts.rootRank) + " into " + describe_tensors(outputs));
-  return inner_->scatter(outputs, inputs, opts);
+  return run(
+      [&] { return "scatter from rank " + std::to_string(opts.rootRank) + " into " + describe_tensors(outputs); },
+      [&] { return inner_->scatter(outputs, inputs, opts); });
 }
 
 c10::intrusive_ptr<c10d::Work> CheckedBackend::reduce_scatter(std::vector<at::Tensor>& outputs,
                                                               std::vector<std::vector<at::Tensor>>& inputs,
                                                               const c10d::ReduceScatterOptions& opts) {
-  check("reduce_scatter (" + op_name(opts.reduceOp) + ") into " + describe_tensors(outputs));
-  return inner_->reduce_scatter(outputs, inputs, opts);
+  return run([&] { return "reduce_scatter (" + op_name(opts.reduceOp) + ") into " + describe_tensors(outputs); },
+             [&] { return inner_->reduce_scatter(outputs, inputs, opts); });
 }
 
 c10::intrusive_ptr<c10d::Work> CheckedBackend::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
                                                                     const c10d::ReduceScatterOptions& opts) {
-  check("reduce_scatter_tensor (" + op_name(opts.reduceOp) + ") of " + describe_tensors({input}) + " into " +
-        describe_tensors({output}));
-  return inner_->_reduce_scatter_base(output, input, opts);
+  return run(
+      [&] {
+        return "reduce_scatter_tensor (" + op_name(opts.reduceOp) + ") of " + describe_tensors({input}) + " into " +
+               describe_tensors({output});
+      },
+      [&] { return inner_->_reduce_scatter_base(output, input, opts); });
 }
 
 // Uneven splits differ by rank: only the dtypes are compared.
@@ -250,20 +291,19 @@ c10::intrusive_ptr<c10d::Work> CheckedBackend::alltoall_base(at::Tensor& output,
                                                              std::vector<int64_t>& output_splits,
                                                              std::vector<int64_t>& input_splits,
                                                              const c10d::AllToAllOptions& opts) {
-  check("alltoall of " + dtypes_of({input}) + " into " + dtypes_of({output}));
-  return inner_->alltoall_base(output, input, output_splits, input_splits, opts);
+  return run([&] { return "alltoall of " + dtypes_of({input}) + " into " + dtypes_of({output}); },
+             [&] { return inner_->alltoall_base(output, input, output_splits, input_splits, opts); });
 }
 
 c10::intrusive_ptr<c10d::Work> CheckedBackend::alltoall(std::vector<at::Tensor>& outputs,
                                                         std::vector<at::Tensor>& inputs,
                                                         const c10d::AllToAllOptions& opts) {
-  check("alltoall (list) of " + dtypes_of(inputs) + " into " + dtypes_of(outputs));
-  return inner_->alltoall(outputs, inputs, opts);
+  return run([&] { return "alltoall (list) of " + dtypes_of(inputs) + " into " + dtypes_of(outputs); },
+             [&] { return inner_->alltoall(outputs, inputs, opts); });
 }
 
 c10::intrusive_ptr<c10d::Work> CheckedBackend::barrier(const c10d::BarrierOptions& opts) {
-  check("barrier");
-  return inner_->barrier(opts);
+  return run([&] { return "barrier"; }, [&] { return inner_->barrier(opts); });
 }
 
 c10::intrusive_ptr<c10d::Work> CheckedBackend::send(std::vector<at::Tensor>& tensors, int dst, int tag) {

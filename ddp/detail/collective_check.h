@@ -1,10 +1,17 @@
-// defines: CheckedBackend — the collective check (PyTorch's TORCH_DISTRIBUTED_DEBUG=DETAIL): before
-//          each collective, every rank tells the others what it is about to call (op, root or
-//          reduce op, each tensor's dtype and shape), and a rank whose call differs stops every
-//          rank at once, naming each rank's call, instead of a hang until the collective timeout
-//          or, worse, a wrong result (an allreduce met by a broadcast of the same size).
-//   * A c10d::Backend that wraps the group's backend (ProcessGroup::backend() returns it when the
-//     check is on), so every collective the library issues is checked, whoever issues it.
+// defines: CheckedBackend — the group's collectives, numbered, and the collective check (PyTorch's
+//          TORCH_DISTRIBUTED_DEBUG=DETAIL): before each collective, every rank tells the others
+//          what it is about to call (op, root or reduce op, each tensor's dtype and shape), and a
+//          rank whose call differs stops every rank at once, naming each rank's call, instead of a
+//          hang until the collective timeout or, worse, a wrong result (an allreduce met by a
+//          broadcast of the same size).
+//   * A c10d::Backend that wraps the group's backend (ProcessGroup::backend() returns it), so every
+//     collective the library issues is numbered, and checked when the check is on, whoever issues it.
+//   * The numbers: each collective issued through it gets the group's next number (1 = the first,
+//     the barrier that joins the group), the check on or off: the one count of the group's
+//     collectives. The check's messages ("collective 38 differs") and the trace's records
+//     (collective_trace.h: "#38", the number of the collective a wait is for, from number_of) use
+//     it, so a collective has one number in both. With the check off the wrapper only numbers (a
+//     lock and a list entry per collective).
 //   * The check is an allgather of a 512-byte fingerprint (its number, a hash of the call, the
 //     host and the call in words) on a second, CPU-only Gloo backend of the same group: the
 //     group's own backend may be NCCL, and on Gloo the check must not queue behind the
@@ -25,17 +32,19 @@
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace ddp {
 
 // One rank's call, as the check compares and prints it.
 struct CallPrint {
-  int64_t seq = 0;    // 1 = the group's first checked collective
+  int64_t seq = 0;    // the collective's number in its group (1 = the group's first collective)
   uint64_t hash = 0;  // of the call's full text (the printed one may be shortened)
   std::string host;   // where the rank runs
   std::string call;   // "allreduce (sum) of float32 [1234]"
@@ -62,12 +71,21 @@ class CheckedBackend : public c10d::Backend {
     std::function<void(const std::string& message)> failing;
     // The check itself failed (a rank never came to it: timeout, or a peer gone). Must throw.
     std::function<void(const std::string& what, double waited_s, const std::string& why)> fail;
+    // This rank waits for the others in the check of collective `seq` (the trace's record).
+    std::function<void(int64_t seq, const std::string& what)> entering;
   };
+  // `helper` null: the check is off, the collectives are only numbered.
   CheckedBackend(c10::intrusive_ptr<c10d::Backend> inner, c10::intrusive_ptr<c10d::Backend> helper,
                  std::chrono::milliseconds timeout, std::string host, Hooks hooks);
 
   const std::string getBackendName() const override { return inner_->getBackendName(); }
-  int64_t checked() const;  // how many collectives were checked
+  bool checking() const { return helper_ != nullptr; }
+  int64_t checked() const;  // how many collectives were checked (0 with the check off)
+  int64_t issued() const;   // the number of the last collective issued (0: none yet)
+  // The number of the collective issued here whose work `work` is, forgotten once asked; 0 when it
+  // is not one of this backend's (or one of more than kRemembered issued since and not asked for).
+  int64_t number_of(const c10d::Work& work);
+  static constexpr size_t kRemembered = 4096;
 
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
                                            const c10d::BroadcastOptions& opts = c10d::BroadcastOptions()) override;
@@ -108,14 +126,22 @@ class CheckedBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
 
  private:
-  void check(const std::string& call);  // throws on a mismatch or a failed check
+  // Numbers the collective, checks it when the check is on (`describe`: its call in words), then
+  // issues it (`issue`) and remembers its work's number.
+  template <typename Describe, typename Issue>
+  c10::intrusive_ptr<c10d::Work> run(const Describe& describe, const Issue& issue);
+  void check(int64_t seq, const std::string& call);  // throws on a mismatch or a failed check
 
   c10::intrusive_ptr<c10d::Backend> inner_, helper_;
   std::chrono::milliseconds timeout_;
   std::string host_;
   Hooks hooks_;
-  mutable std::mutex mutex_;  // one check at a time, in issue order (autograd may issue from its threads)
+  // One collective at a time is numbered, checked and issued (autograd may issue from its threads),
+  // so the numbers follow the order the backend gets the collectives in.
+  mutable std::mutex mutex_;
   int64_t seq_ = 0;
+  std::mutex works_mutex_;
+  std::deque<std::pair<const c10d::Work*, int64_t>> works_;  // issued, not yet asked for: newest last
 };
 
 }  // namespace ddp

@@ -89,17 +89,12 @@ CollectiveTrace::CollectiveTrace(c10::intrusive_ptr<c10d::Store> store, int rank
 
 CollectiveTrace::~CollectiveTrace() { stop(); }
 
-void CollectiveTrace::entering(const std::string& what) {
+void CollectiveTrace::entering(int64_t seq, const std::string& what) {
   std::lock_guard<std::mutex> lock(mutex_);
-  ++last_.seq;
+  last_.seq = seq;
   last_.what = what;
   last_.at = epoch_seconds();
   dirty_ = true;
-}
-
-int64_t CollectiveTrace::count() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return last_.seq;
 }
 
 void CollectiveTrace::publish(const TraceRecord& record) {

@@ -1,9 +1,13 @@
 // defines: CollectiveTrace — what each rank of a group was last doing, kept in the group's store, so
 //          that a collective that times out or fails names the ranks that never arrived and what
 //          each was doing instead (PyTorch's NCCL timeouts name no culprit: pytorch#118369).
-//   * Every wait of the group (ProcessGroup::wait, wait_on_host) counts as one collective entered:
-//     its number (the same on every rank of a program that calls the same collectives), its name
-//     (the `what` of the wait: "DDP's gradient allreduce", "stop agreement", ...) and when.
+//   * Every wait of the group (ProcessGroup::wait, wait_on_host) is one collective entered: its
+//     number, its name (the `what` of the wait: "DDP's gradient allreduce", "stop agreement", ...)
+//     and when. The number is the group's one count of the collectives it issued
+//     (collective_check.h), given when the collective was issued, not when it is waited for: the
+//     same on every rank of a program that calls the same collectives, and the number the
+//     collective check's messages give it. With the check on, its wait for the other ranks before
+//     collective n is entered too, as #n "the collective check of <the call>".
 //   * The hot path only copies that into memory; a thread of the group writes it to the store
 //     (key ddpw/trace/<rank>) at most every `period` (200 ms), so a rank that hangs, is stopped or
 //     dies leaves there what it last entered. The store is the rendezvous one: on several nodes
@@ -35,7 +39,8 @@
 
 namespace ddp {
 
-// One rank's last collective: its number (1 = the first), name, host and when (seconds since the epoch).
+// One rank's last collective: its number in the group (1 = the first), name, host and when (seconds
+// since the epoch).
 struct TraceRecord {
   int64_t seq = 0;
   std::string host, what;
@@ -60,9 +65,8 @@ class CollectiveTrace {
   CollectiveTrace(const CollectiveTrace&) = delete;
   CollectiveTrace& operator=(const CollectiveTrace&) = delete;
 
-  // This rank enters collective number count() + 1, named `what` (cheap: no store access).
-  void entering(const std::string& what);
-  int64_t count() const;
+  // This rank enters the group's collective number `seq`, named `what` (cheap: no store access).
+  void entering(int64_t seq, const std::string& what);
 
   // Where the other ranks are (describe_other_ranks over the store's records); "" when nothing
   // could be read (the store is gone). Publishes this rank's record first. Never throws.
