@@ -10,9 +10,11 @@
 #include <unordered_map>
 
 #include "ddp/detail/checked_file.h"
+#include "ddp/detail/engine_core.h"  // defines: broadcast_model_from_rank0
 #include "ddp/detail/gradient_hooks.h"
 #include "ddp/detail/sharded_collectives.h"
 #include "ddp/files.h"
+#include "ddp/timeline.h"  // defines: record_collective
 
 namespace ddp {
 namespace {
@@ -228,7 +230,18 @@ FullyShardedEngine::FullyShardedEngine(std::shared_ptr<torch::nn::Module> root,
     s.layout.shard_numel = s.layout.padded_numel / n;
   }
 
-  // Rank 0's weights to every rank (as DDP), then each rank keeps its slice.
+  // Every rank holds rank 0's model (checked, then broadcast: the engine core's, as DDP and ZeRO),
+  // then each rank keeps its slice of each unit.
+  if (options_.broadcast_from_rank0 && n > 1) {
+    std::vector<std::string> names;
+    std::vector<torch::Tensor> params, buffers;
+    for (const auto& p : named) {
+      names.push_back(p.key());
+      params.push_back(p.value());
+    }
+    for (auto& b : root_->buffers(true)) buffers.push_back(b);
+    broadcast_model_from_rank0(names, params, buffers, *pg_);
+  }
   torch::NoGradGuard no_grad;
   const auto device = named.is_empty() ? pg_->device() : named.values()[0].device();
   for (size_t u = 0; u < im.units.size(); ++u) {
@@ -236,10 +249,6 @@ FullyShardedEngine::FullyShardedEngine(std::shared_ptr<torch::nn::Module> root,
     auto flat = torch::zeros({s.layout.padded_numel}, torch::TensorOptions().dtype(im.param_dtype).device(device));
     for (size_t i = 0; i < s.params.size(); ++i)
       flat.narrow(0, s.offsets[i], s.params[i].numel()).copy_(s.params[i].reshape(-1));
-    if (options_.broadcast_from_rank0 && n > 1) {
-      std::vector<torch::Tensor> one{flat};
-      pg_->broadcast(one, 0, "FullyShardedDataParallel: rank 0's weights of " + unit_label(s.layout));
-    }
     s.shard = flat.narrow(0, pg_->rank() * s.layout.shard_numel, s.layout.shard_numel).to(torch::kFloat32).clone();
     s.shard.set_requires_grad(true);
     s.full = torch::empty({s.layout.padded_numel}, torch::TensorOptions().dtype(im.compute_dtype).device(device));
@@ -249,11 +258,6 @@ FullyShardedEngine::FullyShardedEngine(std::shared_ptr<torch::nn::Module> root,
     s.anchor = torch::empty({0}, torch::TensorOptions().device(device)).requires_grad_(true);
     im.shards.push_back(s.shard);
     im.layouts.push_back(s.layout);
-  }
-  if (options_.broadcast_from_rank0 && n > 1) {
-    std::vector<torch::Tensor> buffers;
-    for (auto& b : root_->buffers(true)) buffers.push_back(b);
-    if (!buffers.empty()) pg_->broadcast(buffers, 0, "FullyShardedDataParallel: rank 0's buffers");
   }
 
   // Gradient-ready hooks and the units' call sites.
@@ -295,6 +299,8 @@ void FullyShardedEngine::start_gather(size_t u) {
     return;
   }
   s.gather_work = pg_->backend()._allgather_base(s.full, s.gather_input);
+  record_collective(s.gather_work, "parameter all-gather (" + unit_label(s.layout) + ")",
+                    s.full.numel() * static_cast<int64_t>(s.full.element_size()));  // timeline.h
 }
 
 void FullyShardedEngine::gather(size_t u) {
@@ -430,6 +436,8 @@ void FullyShardedEngine::post_backward(size_t u) {
     s.reduce_input.div_(static_cast<double>(n));
     s.reduce_output = torch::empty({s.layout.shard_numel}, s.reduce_input.options());
     s.reduce = ReduceScatter(*pg_, s.reduce_input, s.reduce_output, /*accumulate=*/false);
+    record_collective(s.reduce.work(), "gradient reduce-scatter (" + unit_label(s.layout) + ")",
+                      s.reduce_input.numel() * static_cast<int64_t>(s.reduce_input.element_size()));
     s.reduced = true;
   }
   reshard(u);

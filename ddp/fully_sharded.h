@@ -29,8 +29,9 @@
 //     users in one unit, or in the root unit), a unit that is not a submodule of the root, units
 //     nested in each other, a unit called outside the root's forward, a wrapped module that is
 //     wrapped again.
-//   * Every rank must build the same model; rank 0's weights are broadcast at construction (as DDP).
-//     Move the model to its device before wrapping it.
+//   * Every rank must build the same model (checked at construction: names and shapes against rank
+//     0's); rank 0's weights and buffers are broadcast then, as DDP's (engine_core.h). Move the
+//     model to its device before wrapping it.
 #pragma once
 
 #include <torch/torch.h>

@@ -7,9 +7,10 @@
 // 1e-6 (float32; the gradients are summed in another order). Three variants in one process group
 // per world size: reshard after forward with prefetch; the same with activation checkpointing (also
 // equal to the run without it); parameters kept after forward, no prefetch, 2 micro-batches with
-// no_sync(). Also: each rank's 1/N, resume from a sharded snapshot on another world size, the
-// refusals and bf16 compute, ddp::call's pass-through, and Python's torch.load reading the gathered
-// state_dict (PythonBridgeFsdp, label integration).
+// no_sync(). Also: each rank's 1/N, resume from a sharded snapshot on another world size, ranks
+// with different models refused at construction, the refusals and bf16 compute, ddp::call's
+// pass-through, and Python's torch.load reading the gathered state_dict (PythonBridgeFsdp, label
+// integration).
 #include <gtest/gtest.h>
 #include <stdlib.h>
 #include <sys/wait.h>
@@ -19,10 +20,12 @@
 #include <fstream>
 #include <functional>
 #include <string>
+#include <thread>
 
 #include "ddp/files.h"
 #include "ddp/fully_sharded.h"
 #include "ddp/module_call.h"
+#include "ddp/timeline.h"
 #include "ddp/weights_io.h"
 #include "fsdp_scenarios.h"
 #include "multiprocess.h"
@@ -39,33 +42,53 @@ TEST(FullyShardedEquivalence, OneTwoThreeFourRanksEqualOneProcess) {
   }
 }
 
-// Each rank keeps 1/N of the parameters, gradients and Adam's moments (padded per unit).
+// Each rank keeps 1/N of the parameters, gradients and Adam's moments (padded per unit). The step's
+// collectives are on the timeline, as DDP's and ZeRO's buckets: one reduce-scatter per unit (4).
 TEST(FullyShardedEquivalence, EachRankHoldsItsShare) {
-  EXPECT_EQ(ddp_test::run_ranks(3,
-                                [](int, auto pg) {
-                                  auto net = make_net();
-                                  int64_t numel = 0;
-                                  for (const auto& p : net->parameters()) numel += p.numel();
-                                  ddp::FullyShardedDataParallel<TinyNetImpl> model(net, units_of(*net), pg);
-                                  ddp::FullyShardedAdamW optimizer(model, kAdam);
-                                  auto [x, y] = my_share(batch(0), pg->rank(), 3);
-                                  torch::nn::functional::cross_entropy(model(x), y).backward();
-                                  optimizer.step();
-                                  int64_t shard = 0, padded = 0;
-                                  for (const auto& u : model.engine()->units()) {
-                                    shard += u.shard_numel;
-                                    padded += u.padded_numel;
-                                  }
-                                  const int64_t expected = (shard * 4) * 4;  // param + grad + 2 moments, float32
-                                  const int64_t held = model.engine()->shard_bytes() + optimizer.state_bytes();
-                                  std::printf("rank %d: %lld bytes held of the full %lld (numel %lld, padded %lld)\n",
-                                              pg->rank(), static_cast<long long>(held),
-                                              static_cast<long long>(numel * 16), static_cast<long long>(numel),
-                                              static_cast<long long>(padded));
-                                  const bool ok = held == expected && padded - numel < 3 * 4 && shard * 3 == padded &&
-                                                  model.engine()->gathered_bytes() == 0;
-                                  return ok ? 0 : 1;
-                                }),
+  EXPECT_EQ(ddp_test::run_ranks(
+                3,
+                [](int, auto pg) {
+                  auto net = make_net();
+                  int64_t numel = 0;
+                  for (const auto& p : net->parameters()) numel += p.numel();
+                  ddp::FullyShardedDataParallel<TinyNetImpl> model(net, units_of(*net), pg);
+                  ddp::FullyShardedAdamW optimizer(model, kAdam);
+                  auto [x, y] = my_share(batch(0), pg->rank(), 3);
+                  ddp::start_timeline({.rank = pg->rank(), .backward_nodes = false});
+                  torch::nn::functional::cross_entropy(model(x), y).backward();
+                  optimizer.step();
+                  ddp::stop_timeline();
+                  // A span is added when its collective's future completes, on the backend's thread.
+                  auto count = [](const std::string& text, const std::string& part) {
+                    int n = 0;
+                    for (auto at = text.find(part); at != std::string::npos; at = text.find(part, at + 1)) ++n;
+                    return n;
+                  };
+                  const std::string gather = "parameter all-gather (unit blocks1)";
+                  const std::string reduce = "gradient reduce-scatter (";
+                  std::string events = ddp::timeline_events();
+                  for (int i = 0; i < 200 && (count(events, gather) < 1 || count(events, reduce) < 4); ++i) {
+                    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+                    events = ddp::timeline_events();
+                  }
+                  const bool recorded = count(events, gather) >= 1 && count(events, reduce) == 4;
+                  if (!recorded)
+                    std::fprintf(stderr, "rank %d: the timeline has %d '%s' and %d reduce-scatters (want 4)\n",
+                                 pg->rank(), count(events, gather), gather.c_str(), count(events, reduce));
+                  int64_t shard = 0, padded = 0;
+                  for (const auto& u : model.engine()->units()) {
+                    shard += u.shard_numel;
+                    padded += u.padded_numel;
+                  }
+                  const int64_t expected = (shard * 4) * 4;  // param + grad + 2 moments, float32
+                  const int64_t held = model.engine()->shard_bytes() + optimizer.state_bytes();
+                  std::printf("rank %d: %lld bytes held of the full %lld (numel %lld, padded %lld)\n", pg->rank(),
+                              static_cast<long long>(held), static_cast<long long>(numel * 16),
+                              static_cast<long long>(numel), static_cast<long long>(padded));
+                  const bool ok = held == expected && padded - numel < 3 * 4 && shard * 3 == padded &&
+                                  model.engine()->gathered_bytes() == 0 && recorded;
+                  return ok ? 0 : 1;
+                }),
             0);
 }
 
@@ -131,6 +154,20 @@ struct TiedImpl : torch::nn::Module {  // two blocks sharing one Linear
 };
 
 // The refusals, each naming the fix; then the same model still trains, and in bfloat16.
+// Ranks that built different models stop at construction with the engine core's model check
+// (names and shapes against rank 0's, as DDP's), not in a broadcast of mismatched sizes.
+TEST(FullyShardedEquivalence, DifferentModelsOnRanksAreAnError) {
+  EXPECT_EQ(ddp_test::run_ranks(2,
+                                [](int rank, auto pg) {
+                                  auto block = Block(8, rank == 0 ? 7 : 6);  // rank 1's hidden layer is narrower
+                                  const bool refused = fails_with(
+                                      [&] { ddp::FullyShardedDataParallel<BlockImpl> m(block.ptr(), {}, pg); },
+                                      "the ranks hold different models");
+                                  return refused ? 0 : 1;
+                                }),
+            0);
+}
+
 TEST(FullyShardedEquivalence, RefusalsAndBf16) {
   EXPECT_EQ(ddp_test::run_ranks(
                 1,

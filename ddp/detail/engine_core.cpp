@@ -105,21 +105,27 @@ EngineCore::EngineCore(std::vector<torch::Tensor> params, std::shared_ptr<Proces
 
 EngineCore::~EngineCore() = default;
 
-void EngineCore::broadcast_from_rank0(const std::vector<torch::Tensor>& buffers) {
+void broadcast_model_from_rank0(const std::vector<std::string>& names, const std::vector<torch::Tensor>& params,
+                                const std::vector<torch::Tensor>& buffers, ProcessGroup& pg) {
   torch::NoGradGuard no_grad;
-  auto mine = torch::tensor({static_cast<int64_t>(params_.size()), fingerprint(names_, params_)}, torch::kInt64)
-                  .to(params_[0].device());
+  const auto device = params.empty() ? pg.device() : params[0].device();
+  auto mine =
+      torch::tensor({static_cast<int64_t>(params.size()), fingerprint(names, params)}, torch::kInt64).to(device);
   auto root = mine.clone();
   std::vector<torch::Tensor> meta{root};
-  pg_->broadcast(meta, 0, "model check (broadcast of rank 0's parameter shapes)");
+  pg.broadcast(meta, 0, "model check (broadcast of rank 0's parameter shapes)");
   auto mismatch = torch::ne(root, mine).any().to(torch::kInt64).reshape({1});
-  pg_->allreduce_sum(mismatch, "model check (agreement of all ranks)");
+  pg.allreduce_sum(mismatch, "model check (agreement of all ranks)");
   DDP_CHECK(mismatch.item<int64_t>() == 0,
             "the ranks hold different models (parameter names or shapes differ from rank 0's)",
             "every rank must build the same model with the same options");
-  std::vector<torch::Tensor> state = params_;
+  std::vector<torch::Tensor> state = params;
   state.insert(state.end(), buffers.begin(), buffers.end());
-  broadcast_coalesced(state, 0, *pg_, "initial broadcast of parameters from rank 0");
+  broadcast_coalesced(state, 0, pg, "initial broadcast of parameters from rank 0");
+}
+
+void EngineCore::broadcast_from_rank0(const std::vector<torch::Tensor>& buffers) {
+  broadcast_model_from_rank0(names_, params_, buffers, *pg_);
 }
 
 void EngineCore::make_buckets(const BucketStrategy::Layout& layout, BucketStrategy& strategy) {

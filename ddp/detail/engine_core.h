@@ -8,9 +8,16 @@
 //          allreduce of the bucket as it is; ZeRO: reduce-scatter, the bucket padded to a multiple of
 //          the world size). broadcast_coalesced — one rank's tensors to every rank, flattened into one
 //          broadcast per dtype and device (PyTorch's _broadcast_coalesced).
-// An engine that shards its parameters by unit (FSDP) could take the same core per unit: its
-// parameters, a plan with pad_to = world size, the schedule and the records; its strategy would
-// reduce-scatter in launch and free the gathered parameters in finish.
+//          broadcast_model_from_rank0 — the model check and rank 0's weights to every rank, for
+//          the core and for FSDP.
+// FullyShardedDataParallel (fully_sharded.h), the third engine, takes from here the model check and
+// rank 0's weights (broadcast_model_from_rank0, over all of its parameters before it shards them);
+// its collectives reach the same timeline (record_collective, as record() does for a bucket). It
+// keeps its own units, not buckets: a unit is a flat buffer of parameters (not gradients) in
+// registration order, gathered before its forward and freed after it, with prefetch; its gradients
+// are copied into a fresh flat buffer in the reduce dtype when the unit's last one is ready, then
+// divided and reduce-scattered (a cast the core's put() does not do), and the full gradients are
+// freed, so there are no persistent .grad views and no BucketSchedule (its hooks count per unit).
 #pragma once
 
 #include <torch/csrc/distributed/c10d/Work.hpp>
@@ -32,6 +39,12 @@ namespace ddp {
 // in order (`what` names them in an error). Every rank calls it with the same shapes in the same order.
 void broadcast_coalesced(const std::vector<torch::Tensor>& tensors, int root, ProcessGroup& pg,
                          const std::string& what);
+
+// Collective: every rank holds the same model (`names` and the shapes of `params`, checked against
+// rank 0's: a ddp::Error naming the fix otherwise), then rank 0's `params` and `buffers` to every
+// rank (broadcast_coalesced).
+void broadcast_model_from_rank0(const std::vector<std::string>& names, const std::vector<torch::Tensor>& params,
+                                const std::vector<torch::Tensor>& buffers, ProcessGroup& pg);
 
 // One bucket of the plan: the parameters it holds, its flat gradient buffer and its collective.
 struct FlatBucket {
@@ -78,8 +91,7 @@ class EngineCore {
   EngineCore(const EngineCore&) = delete;
   EngineCore& operator=(const EngineCore&) = delete;
 
-  // Collective: every rank holds the same model (names and shapes, checked against rank 0's), then
-  // rank 0's parameters and `buffers` to every rank (broadcast_coalesced).
+  // Collective: broadcast_model_from_rank0 of the core's parameters and `buffers`.
   void broadcast_from_rank0(const std::vector<torch::Tensor>& buffers);
   // The buckets (PyTorch's order and sizes, plan_buckets) and the schedule that drives `strategy`,
   // which must outlive the core. Once, after broadcast_from_rank0.
