@@ -10,7 +10,8 @@
 #include <unordered_map>
 
 #include "ddp/detail/checked_file.h"
-#include "ddp/detail/engine_core.h"  // defines: broadcast_model_from_rank0
+#include "ddp/detail/engine_core.h"   // defines: broadcast_model_from_rank0
+#include "ddp/detail/flat_buckets.h"  // defines: BucketPlan, plan_flat, padded_numel
 #include "ddp/detail/gradient_hooks.h"
 #include "ddp/detail/sharded_collectives.h"
 #include "ddp/files.h"
@@ -37,8 +38,6 @@ void allocate_storage(const torch::Tensor& t, size_t nbytes) {
   storage->set_nbytes(nbytes);
 }
 
-int64_t round_up(int64_t n, int64_t multiple) { return (n + multiple - 1) / multiple * multiple; }
-
 std::string unit_label(const FullyShardedUnit& unit) {
   return unit.name.empty() ? std::string("the root unit") : "unit " + unit.name;
 }
@@ -49,7 +48,7 @@ struct FsdpUnitState {
   FullyShardedUnit layout;
   torch::nn::Module* module = nullptr;  // null: the root unit
   std::vector<torch::Tensor> params;    // the module's parameters (views of `full` while gathered)
-  std::vector<int64_t> offsets;         // each parameter's place in the flat buffer
+  BucketPlan plan;                      // each parameter's place in the flat buffer (flat_buckets.h)
   torch::Tensor shard;                  // [shard_numel], float32 leaf: what the optimizer steps on
   torch::Tensor full;                   // [padded_numel], compute dtype; storage freed when resharded
   torch::Tensor anchor;                 // checkpointing: an input that needs grad, so the unit's backward runs
@@ -223,10 +222,10 @@ FullyShardedEngine::FullyShardedEngine(std::shared_ptr<torch::nn::Module> root,
       s.layout.param_names.push_back(name);
       s.layout.shapes.push_back(p.sizes().vec());
       s.params.push_back(p);
-      s.offsets.push_back(s.layout.numel);
-      s.layout.numel += p.numel();
     }
-    s.layout.padded_numel = round_up(std::max<int64_t>(s.layout.numel, 1), n);
+    s.plan = plan_flat(s.params);
+    s.layout.numel = s.plan.numel;
+    s.layout.padded_numel = padded_numel(std::max<int64_t>(s.layout.numel, 1), n);
     s.layout.shard_numel = s.layout.padded_numel / n;
   }
 
@@ -248,12 +247,12 @@ FullyShardedEngine::FullyShardedEngine(std::shared_ptr<torch::nn::Module> root,
     FsdpUnitState& s = im.units[u];
     auto flat = torch::zeros({s.layout.padded_numel}, torch::TensorOptions().dtype(im.param_dtype).device(device));
     for (size_t i = 0; i < s.params.size(); ++i)
-      flat.narrow(0, s.offsets[i], s.params[i].numel()).copy_(s.params[i].reshape(-1));
+      flat.narrow(0, s.plan.offsets[i], s.params[i].numel()).copy_(s.params[i].reshape(-1));
     s.shard = flat.narrow(0, pg_->rank() * s.layout.shard_numel, s.layout.shard_numel).to(torch::kFloat32).clone();
     s.shard.set_requires_grad(true);
     s.full = torch::empty({s.layout.padded_numel}, torch::TensorOptions().dtype(im.compute_dtype).device(device));
     for (size_t i = 0; i < s.params.size(); ++i)
-      s.params[i].set_data(s.full.narrow(0, s.offsets[i], s.params[i].numel()).view(s.layout.shapes[i]));
+      s.params[i].set_data(s.full.narrow(0, s.plan.offsets[i], s.params[i].numel()).view(s.layout.shapes[i]));
     free_storage(s.full);
     s.anchor = torch::empty({0}, torch::TensorOptions().device(device)).requires_grad_(true);
     im.shards.push_back(s.shard);
@@ -430,7 +429,7 @@ void FullyShardedEngine::post_backward(size_t u) {
     s.reduce_input = torch::zeros({s.layout.padded_numel}, s.full.options().dtype(im.reduce_dtype));
     for (size_t i = 0; i < s.params.size(); ++i) {
       const auto& g = s.params[i].grad();
-      if (g.defined()) s.reduce_input.narrow(0, s.offsets[i], s.params[i].numel()).copy_(g.reshape(-1));
+      if (g.defined()) s.reduce_input.narrow(0, s.plan.offsets[i], s.params[i].numel()).copy_(g.reshape(-1));
       s.params[i].mutable_grad().reset();
     }
     s.reduce_input.div_(static_cast<double>(n));
@@ -492,7 +491,7 @@ std::vector<torch::Tensor> FullyShardedEngine::gather_full_float(size_t u) {
   all_gather_slices(*pg_, flats, "FullyShardedDataParallel: full state_dict of " + unit_label(s.layout));
   std::vector<torch::Tensor> out;
   for (size_t i = 0; i < s.params.size(); ++i)
-    out.push_back(flat.narrow(0, s.offsets[i], s.params[i].numel()).view(s.layout.shapes[i]).clone());
+    out.push_back(flat.narrow(0, s.plan.offsets[i], s.params[i].numel()).view(s.layout.shapes[i]).clone());
   return out;
 }
 
@@ -523,7 +522,7 @@ void FullyShardedEngine::load_full_state_dict(const TensorDict& state) {
       DDP_CHECK(it->second.sizes().vec() == s.layout.shapes[i],
                 "FullyShardedDataParallel: " + name + " has another shape in the state_dict",
                 "load a state_dict of this model (full_state_dict() writes one)");
-      flat.narrow(0, s.offsets[i], s.params[i].numel()).copy_(it->second.reshape(-1));
+      flat.narrow(0, s.plan.offsets[i], s.params[i].numel()).copy_(it->second.reshape(-1));
     }
     s.shard.detach().copy_(flat.narrow(0, pg_->rank() * s.layout.shard_numel, s.layout.shard_numel));
   }

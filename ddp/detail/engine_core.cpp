@@ -132,11 +132,10 @@ void EngineCore::make_buckets(const BucketStrategy::Layout& layout, BucketStrate
   DDP_INTERNAL_ASSERT(!schedule_, "EngineCore::make_buckets runs once");
   strategy_ = &strategy;
   keep_gradients_ = layout.keep_gradients;
-  const int64_t n = layout.pad_to;
   for (auto& plan : plan_buckets(params_, layout.bucket_mb)) {
     FlatBucket b;
     b.plan = std::move(plan);
-    b.padded_numel = (b.plan.numel + n - 1) / n * n;
+    b.padded_numel = padded_numel(b.plan.numel, layout.pad_to);
     const auto& first = params_[b.plan.params[0]];
     b.world_size = torch::scalar_tensor(static_cast<double>(pg_->size()), first.scalar_type());
     if (keep_gradients_) {

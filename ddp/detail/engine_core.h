@@ -11,10 +11,12 @@
 //          broadcast_model_from_rank0 — the model check and rank 0's weights to every rank, for
 //          the core and for FSDP.
 // FullyShardedDataParallel (fully_sharded.h), the third engine, takes from here the model check and
-// rank 0's weights (broadcast_model_from_rank0, over all of its parameters before it shards them);
-// its collectives reach the same timeline (record_collective, as record() does for a bucket). It
-// keeps its own units, not buckets: a unit is a flat buffer of parameters (not gradients) in
-// registration order, gathered before its forward and freed after it, with prefetch; its gradients
+// rank 0's weights (broadcast_model_from_rank0, over all of its parameters before it shards them)
+// and the flat layout (flat_buckets.h: plan_flat and padded_numel, a unit laid out as a bucket and
+// padded to the world size); its collectives reach the same timeline (record_collective, as
+// record() does for a bucket). It keeps its own units, not buckets: a unit is a flat buffer of
+// parameters (not gradients) in registration order, gathered before its forward and freed after
+// it, with prefetch; its gradients
 // are copied into a fresh flat buffer in the reduce dtype when the unit's last one is ready, then
 // divided and reduce-scattered (a cast the core's put() does not do), and the full gradients are
 // freed, so there are no persistent .grad views and no BucketSchedule (its hooks count per unit).

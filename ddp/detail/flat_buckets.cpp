@@ -32,6 +32,18 @@ std::vector<BucketPlan> plan_buckets(const std::vector<torch::Tensor>& params, d
   return buckets;
 }
 
+BucketPlan plan_flat(const std::vector<torch::Tensor>& params) {
+  BucketPlan plan;
+  for (size_t k = 0; k < params.size(); ++k) {
+    plan.params.push_back(k);
+    plan.offsets.push_back(plan.numel);
+    plan.numel += params[k].numel();
+  }
+  return plan;
+}
+
+int64_t padded_numel(int64_t numel, int64_t multiple) { return (numel + multiple - 1) / multiple * multiple; }
+
 torch::Tensor storage_slice(const torch::Tensor& flat, int64_t start, torch::IntArrayRef sizes) {
   std::vector<int64_t> strides(sizes.size(), 1);
   for (size_t d = sizes.size(); d-- > 1;) strides[d - 1] = strides[d] * sizes[d];
