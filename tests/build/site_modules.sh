@@ -126,6 +126,17 @@ if [ -n "$main" ] && [ -f "$main/build.ninja" ] && [ -f "$main/CMakeCache.txt" ]
     { tail -40 "$tmp/delta.build.log"; fail "delta: the configure with the build folder's options failed"; }
   ninja -C "$main" -t commands solution_step2_env_launch | sed "s#$main#BUILD#g" >"$tmp/main.commands"
   sed -i "s#$tmp/build-delta#BUILD#g" "$tmp/delta.commands"
+  # One folder, two spellings: a module's toolkit is /usr/local/cuda, a configure that found nvcc
+  # elsewhere names the folder that link points at (/usr/local/cuda-13.0). The same files are the
+  # same commands, so every path that exists is compared with its links resolved.
+  for commands in "$tmp/main.commands" "$tmp/delta.commands"; do
+    python3 -c '
+import os, re, sys
+real = lambda m: os.path.realpath(m[0]) if os.path.exists(m[0]) else m[0]
+word = r"(?:^|(?<=[\s:,;=\"])|(?<=-I)|(?<=-L))/[^\s:,;=\"]+"  # a path that begins a word or a list item
+sys.stdout.write(re.sub(word, real, sys.stdin.read(), flags=re.M))' <"$commands" >"$commands.resolved"
+    mv "$commands.resolved" "$commands"
+  done
   if diff -q "$tmp/main.commands" "$tmp/delta.commands" >/dev/null; then
     same=yes
     echo "ok: delta: its modules give step 2 the $(wc -l <"$tmp/delta.commands") compile and link commands of $main, built and tested there"
