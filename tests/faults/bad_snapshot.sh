@@ -85,9 +85,9 @@ for r in 0 1; do
   grep -qE "^\[rank $r @ $(hostname)\] error: snapshot '[^']*' is corrupt" rank$r.log ||
     { cat rank$r.log; fail "two ranks: rank $r did not name itself, its host and the snapshot"; }
 done
-elapsed=$(seconds_since "$start"); over "$elapsed" 15 && fail "two ranks took ${elapsed}s"
+late "$start" 15 && fail "two ranks took $(took_text)"; elapsed=$(took_text)
 [ "$(sum snapshot-step2-solution.pt)" = "$before" ] || fail "two ranks: the snapshot was changed"
-echo "ok   two ranks (step 2): both exit 1 naming the corrupt snapshot in ${elapsed}s: $(head -n1 rank1.log | cut -c1-80)"
+echo "ok   two ranks (step 2): both exit 1 naming the corrupt snapshot in $elapsed: $(head -n1 rank1.log | cut -c1-80)"
 cd "$WORK"
 
 # The step 2 solution under torchrun, then the step 2 exercise in the same folder (measured once:

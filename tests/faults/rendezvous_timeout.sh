@@ -36,10 +36,9 @@ for r in 0 1; do
 done
 for r in 0 1; do
   wait_bounded "${STARTED_PIDS[$((${#STARTED_PIDS[@]} - 2 + r))]}" 30; rc=$RC
-  took=$(seconds_since "$start")
+  late "$start" "$BOUND" && { cat "rank$r.log"; fail "2 of 3: rank $r took $(took_text)"; }
   [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && [ "$rc" -ne 137 ] || { cat "rank$r.log"; fail "2 of 3: rank $r exit $rc"; }
-  over "$took" "$BOUND" && { cat "rank$r.log"; fail "2 of 3: rank $r took ${took}s"; }
-  echo "ok   2 of 3 ranks: rank $r exit $rc after ${took}s: $(grep -m1 error: "rank$r.log" | cut -c1-150)"
+  echo "ok   2 of 3 ranks: rank $r exit $rc after $(took_text): $(grep -m1 error: "rank$r.log" | cut -c1-150)"
 done
 grep -q "rank 0 waited .* at 127.0.0.1:$port but not all 3 ranks arrived" rank0.log || { cat rank0.log; fail "2 of 3: rank 0 message"; }
 check_wait rank0.log "2 of 3, rank 0"

@@ -24,16 +24,16 @@ stop_one() {
   local start; start=$(now)
   kill -s "$sig" "$victim"
   wait_bounded "$parent" 60; local rc=$RC
-  local took; took=$(seconds_since "$start")
+  late "$start" 5 && fail "SIG$sig to $target: took $(took_text)"
+  local took; took=$(took_text)
   [ "$rc" -eq 75 ] || { cat "$log"; fail "SIG$sig to $target: the parent exited $rc, expected 75"; }
-  over "$took" 5 && fail "SIG$sig to $target: took ${took}s"
   local stops; stops=$(grep -oE '^\[CPU[01]\] Stopping at epoch [0-9]+, step [0-9]+' "$log" | sed 's/^\[CPU[01]\] //' | sort | uniq -c)
   [ "$(echo "$stops" | wc -l)" -eq 1 ] && [ "$(echo "$stops" | awk '{print $1}')" -eq 2 ] ||
     { cat "$log"; fail "SIG$sig to $target: the ranks did not stop at one step: $stops"; }
   STOP=$(echo "$stops" | sed -E 's/^ *2 Stopping //')
   local step=${STOP##*step }
   [ "$step" -gt 0 ] || fail "SIG$sig: stopped at an epoch boundary, not mid-epoch"
-  echo "ok   SIG$sig to $target: both ranks stopped $STOP, parent exit 75 ${took}s after the signal"
+  echo "ok   SIG$sig to $target: both ranks stopped $STOP, parent exit 75 $took after the signal"
 }
 
 mkdir stopped && cd stopped

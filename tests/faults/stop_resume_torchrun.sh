@@ -27,8 +27,8 @@ stop_one() {
   local start; start=$(now)
   kill -s "$sig" "$victim"
   wait_bounded "$agent" 60; local rc=$RC
-  local took; took=$(seconds_since "$start")
-  over "$took" 10 && { cat "$log"; fail "SIG$sig to rank $rank: torchrun took ${took}s to end"; }
+  late "$start" 10 && { cat "$log"; fail "SIG$sig to rank $rank: torchrun took $(took_text) to end"; }
+  local took; took=$(took_text)
   local stops; stops=$(grep -oE '^\[CPU[01]\] Stopping at epoch [0-9]+, step [0-9]+' "$log" | sed 's/^\[CPU[01]\] //' | sort | uniq -c)
   [ "$(echo "$stops" | wc -l)" -eq 1 ] && [ "$(echo "$stops" | awk '{print $1}')" -eq 2 ] ||
     { cat "$log"; fail "SIG$sig to rank $rank: the ranks did not stop at one step: $stops"; }
@@ -38,7 +38,7 @@ stop_one() {
   [ "$step" -gt 0 ] || fail "SIG$sig: stopped at an epoch boundary, not mid-epoch"
   local epoch=${STOP#at epoch }; epoch=${epoch%%,*}
   grep -q "snapshot saved at snapshot-step2-solution.pt ($epoch epochs run, step $step)" "$log" || fail "SIG$sig: no snapshot at the stop"
-  echo "ok   SIG$sig to rank $rank only: both ranks stopped $STOP, both exit 75, torchrun ended ${took}s after the signal (exit $rc)"
+  echo "ok   SIG$sig to rank $rank only: both ranks stopped $STOP, both exit 75, torchrun ended $took after the signal (exit $rc)"
 }
 
 mkdir stopped && cd stopped
