@@ -27,6 +27,7 @@
 # Afterwards: source DIR/env (sets SLURM_CONF); tear down with cluster-down.sh DIR.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
+PATH=$PATH:/usr/sbin:/sbin  # mungekey, munged, slurmd: root's tools, not on the PATH `su` (without -) keeps
 
 mode=${1:?usage: cluster-up.sh single|netns DIR [NNODES]}
 dir=${2:?usage: cluster-up.sh single|netns DIR [NNODES]}

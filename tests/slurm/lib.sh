@@ -3,6 +3,7 @@
 #          account/partition/gres and modules replaced; a bounded wait; checks on the job logs.
 # shellcheck shell=bash
 set -euo pipefail
+PATH=$PATH:/usr/sbin:/sbin  # useradd, munged, slurmd: root's tools, not on the PATH `su` (without -) keeps
 
 slurm_tests=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 export DDPW_ROOT=${DDPW_ROOT:-$(cd "$slurm_tests/../.." && pwd)}
