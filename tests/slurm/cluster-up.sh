@@ -106,7 +106,7 @@ free_port() {
 
 # ---- MUNGE: a private daemon, key and socket (Slurm is told via AuthInfo=socket=...)
 socket=$dir/munge-socket/munge.socket
-mungekey --create --keyfile="$dir/munge/munge.key" 2>/dev/null
+mungekey --create --keyfile="$dir/munge/munge.key" 2>/dev/null || die "mungekey could not create $dir/munge/munge.key (apt-get install munge)"
 /usr/sbin/munged --force --socket="$socket" --key-file="$dir/munge/munge.key" \
   --pid-file="$dir/munge/munged.pid" --log-file="$dir/log/munged.log" --seed-file="$dir/munge/munged.seed" 8>&-
 for _ in $(seq 50); do [ -S "$socket" ] && break; sleep 0.1; done
