@@ -20,34 +20,40 @@ export STEP0 STEP1 STEP2 STEP3   # for the tests that source this file
 # machine's CPUs taken by its host (steal time, /proc/stat, per CPU). Without /proc/pressure (an old
 # kernel, psi=0) only steal time counts.
 SLACK=20
-pressure_us() {  # pressure_us cpu|io|memory: microseconds since boot that some task waited for it
-  local line=
-  { read -r line <"/proc/pressure/$1"; } 2>/dev/null || true
-  line=${line##*total=}; echo "${line:-0}"
-}
+# sample: sets SAMPLE to "WALL/CPU/IO/MEMORY/STEAL", all in microseconds: the clock, how long some
+# task waited for a CPU, for I/O and for memory (since boot), and the host's steal time per CPU.
+# Builtins only (no process): the waits below call it 20 times a second.
 CLOCK_TICKS=$(getconf CLK_TCK) CPUS=$(nproc)
-steal_us() {  # steal_us: microseconds since boot that the host ran something else, per CPU
-  local _ steal
+sample() {
+  local resource line _ steal totals=
+  for resource in cpu io memory; do
+    line=
+    { read -r line <"/proc/pressure/$resource"; } 2>/dev/null || true
+    line=${line##*total=}; totals+=/${line:-0}
+  done
   read -r _ _ _ _ _ _ _ _ steal _ </proc/stat
-  echo $(( ${steal:-0} * 1000000 / (CLOCK_TICKS * CPUS) ))
+  SAMPLE=${EPOCHREALTIME//[!0-9]/}$totals/$(( ${steal:-0} * 1000000 / (CLOCK_TICKS * CPUS) ))
 }
-# now: a point in time, "WALL/CPU/IO/MEMORY/STEAL" (seconds; the others in microseconds).
-now() { echo "$(date +%s.%N)/$(pressure_us cpu)/$(pressure_us io)/$(pressure_us memory)/$(steal_us)"; }
+now() { sample; echo "$SAMPLE"; }  # now: a point in time (a SAMPLE)
 over() { awk -v t="$1" -v b="$2" 'BEGIN { exit !(t > b) }'; }  # over T BOUND: true if T > BOUND
 # late START BOUND: true when more than BOUND seconds have passed since START (a `now`), not
 # counting the time the machine was saturated, or more than BOUND + SLACK in all. Sets TOOK (the
-# wall clock) and BUSY (how much of it the machine was saturated); took_text says both.
+# wall clock) and BUSY (how much of it the machine was saturated), in seconds; took_text says both.
 late() {
-  local verdict
-  read -r TOOK BUSY verdict < <(awk -v s="$1" -v n="$(now)" -v b="$2" -v slack="$SLACK" 'BEGIN {
-    split(s, a, "/"); split(n, z, "/"); took = z[1] - a[1]; busy = 0
-    for (i = 2; i <= 5; i++) if ((z[i] - a[i]) / 1e6 > busy) busy = (z[i] - a[i]) / 1e6
-    if (busy > took) busy = took
-    printf "%.2f %.2f %d\n", took, busy, (took - busy > b || took > b + slack) }')
-  [ "$verdict" = 1 ]
+  sample
+  local -a a z
+  IFS=/ read -r -a a <<<"$1"; IFS=/ read -r -a z <<<"$SAMPLE"
+  local took=$(( z[0] - a[0] )) busy=0 i int=${2%%.*} frac=
+  for i in 1 2 3 4; do (( z[i] - a[i] > busy )) && busy=$(( z[i] - a[i] )); done
+  (( busy > took )) && busy=$took
+  [[ $2 == *.* ]] && frac=${2#*.}
+  frac=${frac}000000; local bound=$(( ${int:-0} * 1000000 + 10#${frac:0:6} ))
+  printf -v TOOK '%d.%02d' $(( took / 1000000 )) $(( took % 1000000 / 10000 ))
+  printf -v BUSY '%d.%02d' $(( busy / 1000000 )) $(( busy % 1000000 / 10000 ))
+  (( took - busy > bound || took > bound + SLACK * 1000000 ))
 }
 took_text() {
-  if over "$BUSY" 0.1; then echo "${TOOK}s (${BUSY}s of it with the machine saturated)"; else echo "${TOOK}s"; fi
+  if (( 10#${BUSY//./} > 10 )); then echo "${TOOK}s (${BUSY}s of it with the machine saturated)"; else echo "${TOOK}s"; fi
 }
 
 # ---- processes this test started --------------------------------------------------------------
