@@ -11,4 +11,10 @@ case ":$PATH:" in
   *":$DDPW_HOME/venv/bin:"*) ;;
   *) PATH=$PATH:$DDPW_HOME/venv/bin ;;
 esac
+# Root's tools (slurmctld, munged, useradd, runuser: /usr/sbin) are not on the PATH that Debian's
+# `su` without - keeps: the course would skip its Slurm steps, the tests' clusters would not start.
+case ":$PATH:" in
+  *:/usr/sbin:*) ;;
+  *) PATH=$PATH:/usr/sbin:/sbin ;;
+esac
 export DDPW_ROOT DDPW_HOME DDPW_BUILD DDPW_BIN PATH
