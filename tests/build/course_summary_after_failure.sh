@@ -32,9 +32,18 @@ for p in step0_single_gpu solutions/step1_multigpu_fork solutions/step2_env_laun
   ln -s "$tmp/build/bin/trainer" "$tmp/build/bin/$p"
 done
 
-# No torchrun and no slurmctld on this PATH (/usr/sbin left out): step 2 fails, step 3 is skipped.
+# No torchrun and no slurmctld: step 2 fails, step 3 is skipped. The course puts /usr/sbin on PATH
+# (scripts/env.sh: root's tools), so as root a mount namespace puts an empty folder over /usr/sbin
+# and /sbin, where this machine's slurmctld is.
+hide=()
+if [ "$(id -u)" -eq 0 ] && command -v unshare >/dev/null; then
+  mkdir "$tmp/empty"
+  # shellcheck disable=SC2016  # expanded by the inner sh
+  hide=(unshare --mount --propagation private sh -c \
+        'for d in /usr/sbin /sbin; do [ -L "$d" ] || mount --bind "$0" "$d"; done && exec "$@"' "$tmp/empty")
+fi
 run_course() {
-  env -i HOME="$tmp" DDPW_HOME="$tmp/ddpw-home" DDPW_BUILD="$tmp/build" MPIRUN_LOG="$tmp/mpirun.log" \
+  "${hide[@]}" env -i HOME="$tmp" DDPW_HOME="$tmp/ddpw-home" DDPW_BUILD="$tmp/build" MPIRUN_LOG="$tmp/mpirun.log" \
     PATH="$tmp/stubs:/usr/bin:/bin" EPOCHS=2 SAVE_EVERY=1 timeout 60 "$tmp/tree/scripts/course" >"$1" 2>&1
 }
 for p in "$tmp/stubs/torchrun" /usr/bin/torchrun /bin/torchrun; do [ ! -e "$p" ] || { echo "SKIP: $p exists"; exit 77; }; done
