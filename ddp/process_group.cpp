@@ -498,7 +498,19 @@ std::string ProcessGroup::group_failure() {
   }
 }
 
+// NCCL takes only tensors on its GPU and says so in LibTorch's words ("Tensors must be CUDA and
+// dense"), without the call; every backend gets the library's convention, with the call named.
+void ProcessGroup::check_on_device(const std::vector<torch::Tensor>& tensors, const std::string& what) const {
+  for (const auto& t : tensors)
+    DDP_CHECK(t.device() == device_,
+              what + ": a tensor on " + t.device().str() + " was handed to the process group, whose tensors live on " +
+                  device_.str() + " (rank " + std::to_string(rank_) + ")",
+              "make the tensor on the group's device (torch::TensorOptions().device(pg.device()), or "
+              ".to(pg.device())): NCCL takes only tensors on its GPU");
+}
+
 c10::intrusive_ptr<c10d::Work> ProcessGroup::allreduce_sum_async(std::vector<torch::Tensor>& tensors) {
+  check_on_device(tensors, "allreduce");
   c10d::AllreduceOptions options;
   options.reduceOp = c10d::ReduceOp::SUM;  // Gloo has no AVG: callers divide
   return backend().allreduce(tensors, options);
@@ -553,12 +565,14 @@ void ProcessGroup::wait_on_host(const c10::intrusive_ptr<c10d::Work>& work, cons
 
 void ProcessGroup::allreduce_sum(torch::Tensor& tensor, const std::string& what) {
   std::vector<torch::Tensor> tensors{tensor};
+  check_on_device(tensors, what);
   auto work = allreduce_sum_async(tensors);
   record_collective(work, what, tensor.numel() * static_cast<int64_t>(tensor.element_size()));  // timeline.h
   backend_name_ == "nccl" ? wait_on_host(work, what) : wait(work, what);
 }
 
 void ProcessGroup::broadcast(std::vector<torch::Tensor>& tensors, int root, const std::string& what) {
+  check_on_device(tensors, what);
   c10d::BroadcastOptions options;
   options.rootRank = root;
   auto work = backend().broadcast(tensors, options);

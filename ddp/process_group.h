@@ -106,6 +106,7 @@ class ProcessGroup {
   bool checks_collectives() const { return check_collectives_; }
   c10d::Store& store() { return *store_; }
 
+  // The collectives below take tensors on device() only (a ddp::Error naming the call otherwise).
   // Sum over all ranks, in place, asynchronously; finish with wait() or wait_on_host().
   c10::intrusive_ptr<c10d::Work> allreduce_sum_async(std::vector<torch::Tensor>& tensors);
   // After this, results may be used (on NCCL: by work queued on the caller's stream). Gloo: waits
@@ -130,6 +131,7 @@ class ProcessGroup {
   void shutdown();
 
  private:
+  void check_on_device(const std::vector<torch::Tensor>& tensors, const std::string& what) const;
   void note_failure(const std::string& message, bool publish) noexcept;
   [[noreturn]] void fail(const std::string& what, double waited_s, const std::string& why, bool publish = true);
   std::string group_failure();  // "" while healthy (NCCL's verdict, then the store's)

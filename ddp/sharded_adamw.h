@@ -1,10 +1,12 @@
-// defines: ShardedAdamW — ZeRO's optimizer: Adam/AdamW (ddp::adam_step, multi-tensor) on this rank's
-//          slice of every bucket of a ZeroDataParallel model. Each rank keeps only its 1/N of the
-//          moments (exp_avg, exp_avg_sq), updates only its slice of the parameters, then all-gathers
-//          the slices so every rank holds the whole model again. Gradient clipping takes the norm of
-//          all gradients together, summed over all ranks' slices, as DeepSpeed's gradient_clipping.
+// defines: ShardedAdamW (also FullyShardedAdamW) — the sharded optimizer of ZeRO and FSDP: Adam/AdamW
+//          (ddp::adam_step, multi-tensor) on this rank's slice of every flat group of a sharded engine
+//          (sharded_state.h: ZeroDataParallel's buckets, FullyShardedDataParallel's units). Each rank
+//          keeps only its 1/N of the moments (exp_avg, exp_avg_sq) and updates only its slice of the
+//          parameters; then ZeRO all-gathers the slices so every rank holds the whole model again
+//          (FSDP gathers them at its next forward). Gradient clipping takes the norm of all gradients
+//          together, summed over all ranks' slices, as DeepSpeed's gradient_clipping and FSDP's.
 //
-//   ddp::ZeroDataParallel<Net> model(net, pg, {.stage = 2});
+//   ddp::ZeroDataParallel<Net> model(net, pg, {.stage = 2});      // or FullyShardedDataParallel
 //   ddp::ShardedAdamW optimizer(model, ddp::AdamOptions{.lr = 1e-3});
 //   optimizer.zero_grad();
 //   loss_fn(model(x), y).backward();            // stage 2: buckets reduce-scattered during backward
@@ -14,9 +16,9 @@
 // Mixed precision: with a GradScaler attached (set_grad_scaler, grad_scaler.h), clip_grad_norm()
 // first unscales this rank's gradient slices and step() skips on inf/NaN found on any rank (the
 // ranks' found_inf combined by an allreduce), then updates the scale; the snapshots keep its state.
-// The parameters and Adam's moments stay float32. Built from a ZeroDataParallel<M> whose M has a
-// member grad_scaler() (a std::shared_ptr<GradScaler>), the optimizer attaches that scaler: the
-// model that scales its loss and the optimizer that unscales then share one.
+// The parameters and Adam's moments stay float32. Built from a wrapper whose module M has a member
+// grad_scaler() (a std::shared_ptr<GradScaler>), the optimizer attaches that scaler: the model that
+// scales its loss and the optimizer that unscales then share one.
 #pragma once
 
 #include <torch/torch.h>
@@ -29,15 +31,17 @@
 
 #include "ddp/grad_scaler.h"
 #include "ddp/multi_tensor_adam.h"
-#include "ddp/zero_data_parallel.h"
+#include "ddp/sharded_state.h"  // defines: ShardedState (the engine's shards)
 
 namespace ddp {
 
 class ShardedAdamW : public ShardedAmpScaling {
  public:
-  ShardedAdamW(std::shared_ptr<ZeroReducer> reducer, AdamOptions options);
-  template <typename M>
-  ShardedAdamW(ZeroDataParallel<M>& model, AdamOptions options) : ShardedAdamW(model.reducer(), options) {
+  ShardedAdamW(std::shared_ptr<ShardedState> state, AdamOptions options);
+  // A wrapper: ZeroDataParallel or FullyShardedDataParallel.
+  template <typename W>
+    requires requires(W& w) { w.sharded_state(); }
+  ShardedAdamW(W& model, AdamOptions options) : ShardedAdamW(model.sharded_state(), options) {
     if constexpr (requires { model.module()->grad_scaler(); }) set_grad_scaler(model.module()->grad_scaler());
   }
 
@@ -78,14 +82,19 @@ class ShardedAdamW : public ShardedAmpScaling {
   std::vector<torch::Tensor>& exp_avg_shards() { return exp_avg_; }
   std::vector<torch::Tensor>& exp_avg_sq_shards() { return exp_avg_sq_; }
   void set_steps_taken(int64_t steps, std::optional<int64_t> applied = std::nullopt);
-  ZeroReducer& reducer() { return *reducer_; }
+  ShardedState& state() { return *state_; }
 
  private:
-  std::shared_ptr<ZeroReducer> reducer_;
+  std::vector<size_t> stepping();  // the groups with a gradient this step
+
+  std::shared_ptr<ShardedState> state_;
   AdamOptions options_;
   std::vector<torch::Tensor> exp_avg_, exp_avg_sq_;
   int64_t steps_ = 0;
   torch::Tensor applied_;  // 0-dim float32 on the device: steps applied
 };
+
+// FSDP's name for it (the same optimizer: FullyShardedDataParallel is a ShardedState too).
+using FullyShardedAdamW = ShardedAdamW;
 
 }  // namespace ddp

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "ddp/config.h"  // defines: DDPW_HAVE_*, DDPW_TORCH_VERSION
+#include "ddp/detail/agreement.h"  // defines: attempt, agree (every rank stops together)
 #include "ddp/detail/checked_file.h"
 #include "ddp/error.h"
 #include "ddp/files.h"
@@ -23,6 +24,8 @@ namespace ddp {
 namespace {
 
 using Json = nlohmann::ordered_json;
+using detail::agree;
+using detail::attempt;
 
 constexpr std::string_view kShardMagic = "DDPWSHRD";
 constexpr uint32_t kShardVersion = 1;
@@ -51,26 +54,29 @@ std::string hex32(uint32_t v) {
   return buf;
 }
 
-// The bucket layout: which parameter sits where in which bucket. Equal layouts (same world size,
-// same buckets) let a rank read back only its own shard.
-Json layout_of(const ZeroReducer& r) {
-  Json buckets = Json::array();
-  for (const auto& b : r.buckets()) {
+// The layout of the flat groups (ZeRO's buckets, FSDP's units): which parameter sits where in
+// which group. Equal layouts (same world size, same groups) let a rank read back only its own shard.
+Json layout_of(const ShardedState& state) {
+  Json groups = Json::array();
+  for (const auto& g : state.sharded_groups()) {
     Json members = Json::array();
-    for (size_t s = 0; s < b.plan.params.size(); ++s)
-      members.push_back(Json::array({b.plan.params[s], b.plan.offsets[s]}));
-    buckets.push_back({{"numel", b.plan.numel}, {"padded_numel", b.padded_numel}, {"members", members}});
+    for (size_t s = 0; s < g.params.size(); ++s) members.push_back(Json::array({g.params[s], g.offsets[s]}));
+    groups.push_back({{"numel", g.numel}, {"padded_numel", g.padded_numel}, {"members", members}});
   }
-  return buckets;
+  return groups;
 }
 
-Json parameters_of(const std::vector<std::string>& names, const std::vector<torch::Tensor>& params) {
+Json parameters_of(const std::vector<ShardedParameter>& params) {
   Json list = Json::array();
-  for (size_t i = 0; i < params.size(); ++i)
-    list.push_back({{"name", names[i]},
-                    {"shape", params[i].sizes().vec()},
-                    {"dtype", std::string(c10::toString(params[i].scalar_type()))}});
+  for (const auto& p : params)
+    list.push_back({{"name", p.name}, {"shape", p.shape}, {"dtype", std::string(c10::toString(p.dtype))}});
   return list;
+}
+
+int64_t numel_of(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (auto d : shape) n *= d;
+  return n;
 }
 
 struct ShardEntry {
@@ -170,7 +176,8 @@ struct ShardContents {
   std::map<std::string, torch::Tensor> buffers;  // rank 0's shard only
 };
 
-ShardContents read_shard(const std::string& path, const Manifest& m, int rank, const torch::Device& device) {
+// Read into host memory (a rank's device never holds more than its own slices).
+ShardContents read_shard(const std::string& path, const Manifest& m, int rank) {
   const ShardEntry& entry = m.shards.at(rank);
   const std::string file = beside(path, entry.file);
   const std::string who =
@@ -188,7 +195,7 @@ ShardContents read_shard(const std::string& path, const Manifest& m, int rank, c
   torch::serialize::InputArchive archive;
   try {
     std::istringstream stream(payload->bytes);
-    archive.load_from(stream, device);
+    archive.load_from(stream, torch::kCPU);
   } catch (const c10::Error& e) {
     throw sharded_error(path, "has a " + who + " that cannot be unpacked: " + e.what_without_backtrace());
   }
@@ -223,18 +230,19 @@ std::vector<std::string> buffer_names(torch::nn::Module& module) {
 }
 
 // The model must be the one the snapshot was written by: names and shapes, in order.
-void check_model(const std::string& path, const Manifest& m, const std::vector<std::string>& names,
-                 const std::vector<torch::Tensor>& params, torch::nn::Module& module) {
+void check_model(const std::string& path, const Manifest& m, const std::vector<ShardedParameter>& params,
+                 torch::nn::Module& module) {
   const auto& saved = m.json.at("parameters");
   if (saved.size() != params.size())
     throw sharded_error(path, "holds " + std::to_string(saved.size()) + " parameters, the model has " +
                                   std::to_string(params.size()) + ": it was written by another model");
   for (size_t i = 0; i < params.size(); ++i) {
     const auto shape = saved[i].at("shape").get<std::vector<int64_t>>();
-    if (saved[i].at("name").get<std::string>() != names[i] || shape != params[i].sizes().vec())
+    if (saved[i].at("name").get<std::string>() != params[i].name || shape != params[i].shape)
       throw sharded_error(path, "holds '" + saved[i].at("name").get<std::string>() + "' of shape " +
-                                    c10::str(c10::IntArrayRef(shape)) + " where the model has '" + names[i] +
-                                    "' of shape " + c10::str(params[i].sizes()) + ": it was written by another model");
+                                    c10::str(c10::IntArrayRef(shape)) + " where the model has '" + params[i].name +
+                                    "' of shape " + c10::str(c10::IntArrayRef(params[i].shape)) +
+                                    ": it was written by another model");
   }
   if (m.buffers != buffer_names(module))
     throw sharded_error(path, "holds other buffers than the model's: it was written by another model");
@@ -243,9 +251,9 @@ void check_model(const std::string& path, const Manifest& m, const std::vector<s
 // The full tensors (per parameter) of one field of the saved state, from all shards: each saved
 // bucket is the concatenation of its slices, each parameter a piece of its bucket.
 std::vector<torch::Tensor> reassemble(const Manifest& m, const std::vector<ShardContents>& shards,
-                                      std::vector<torch::Tensor> ShardContents::*field,
-                                      const std::vector<torch::Tensor>& like) {
-  std::vector<torch::Tensor> full(like.size());
+                                      std::vector<torch::Tensor> ShardContents::*field) {
+  const auto& saved = m.json.at("parameters");
+  std::vector<torch::Tensor> full(saved.size());
   const auto& buckets = m.json.at("buckets");
   for (size_t k = 0; k < buckets.size(); ++k) {
     std::vector<torch::Tensor> slices;
@@ -254,22 +262,26 @@ std::vector<torch::Tensor> reassemble(const Manifest& m, const std::vector<Shard
     for (const auto& member : buckets[k].at("members")) {
       const auto p = member[0].get<size_t>();
       const auto offset = member[1].get<int64_t>();
-      full.at(p) = flat.narrow(0, offset, like[p].numel()).view(like[p].sizes());
+      const auto shape = saved.at(p).at("shape").get<std::vector<int64_t>>();
+      full.at(p) = flat.narrow(0, offset, numel_of(shape)).view(shape);
     }
   }
   return full;
 }
 
-// This rank's slice of every bucket of the current layout, cut from full per-parameter tensors.
-std::vector<torch::Tensor> slices_of(const ZeroReducer& r, int rank, const std::vector<torch::Tensor>& full) {
+// This rank's slice of every group of the current layout, cut from full per-parameter tensors
+// (in host memory, one group at a time).
+std::vector<torch::Tensor> slices_of(const ShardedState& state, int rank, int world,
+                                     const std::vector<torch::Tensor>& full) {
   std::vector<torch::Tensor> out;
-  for (const auto& b : r.buckets()) {
-    auto flat = torch::zeros({b.padded_numel}, b.params.options());
-    for (size_t s = 0; s < b.plan.params.size(); ++s) {
-      const auto& t = full.at(b.plan.params[s]);
-      flat.narrow(0, b.plan.offsets[s], t.numel()).copy_(t.reshape({-1}));
+  for (const auto& g : state.sharded_groups()) {
+    auto flat = torch::zeros({g.padded_numel}, full.at(g.params.at(0)).options());
+    for (size_t s = 0; s < g.params.size(); ++s) {
+      const auto& t = full.at(g.params[s]);
+      flat.narrow(0, g.offsets[s], t.numel()).copy_(t.reshape({-1}));
     }
-    out.push_back(flat.narrow(0, rank * b.shard_numel, b.shard_numel));
+    const int64_t slice = g.padded_numel / world;
+    out.push_back(flat.narrow(0, rank * slice, slice).clone());
   }
   return out;
 }
@@ -287,35 +299,6 @@ void set_rng(const ShardContents& c, const torch::Device& device) {
 #else
   (void)device;
 #endif
-}
-
-// What every rank found, on every rank: the first problem any rank had becomes everybody's error.
-// Messages travel as "what\nhint".
-void agree(ProcessGroup& pg, const std::optional<Error>& mine) {
-  const auto all = pg.all_gather_strings(mine ? mine->message() + "\n" + mine->hint() : "ok");
-  std::string what, hint;
-  std::set<std::string> seen;
-  for (size_t r = 0; r < all.size(); ++r) {
-    if (all[r] == "ok") continue;
-    const auto cut = all[r].find('\n');
-    const std::string w = all[r].substr(0, cut);
-    if (!seen.insert(w).second) continue;
-    what += (what.empty() ? "" : "; ") + std::string("rank ") + std::to_string(r) + ": " + w;
-    if (hint.empty() && cut != std::string::npos) hint = all[r].substr(cut + 1);
-  }
-  if (!what.empty()) throw Error(what, hint);
-}
-
-template <typename F>
-std::optional<Error> attempt(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e;
-  } catch (const std::exception& e) {
-    return Error(e.what());
-  }
-  return std::nullopt;
 }
 
 // Who wrote a snapshot: the manifest's "program" entry (absent when no owner was given), the
@@ -339,7 +322,7 @@ void check_writer(const std::string& path, const Manifest& m, const SnapshotOwne
 }
 
 void save_sharded(const std::string& path, ShardedAdamW& optimizer, const TrainingState& state, const Json* identity) {
-  ZeroReducer& r = optimizer.reducer();
+  ShardedState& r = optimizer.state();
   ProcessGroup& pg = r.process_group();
   // Mixed precision: the scaler's state and Adam's count of applied steps (host reads; a save waits anyway).
   std::optional<GradScalerState> scaler;
@@ -363,22 +346,24 @@ void save_sharded(const std::string& path, ShardedAdamW& optimizer, const Traini
   std::string written;  // "<bytes> <crc>"
   auto problem = attempt([&] {
     torch::serialize::OutputArchive archive;
+    // Copies in host memory (a slice alone would save its whole bucket's storage).
+    const auto host = [](const torch::Tensor& t) { return t.detach().to(torch::kCPU, t.scalar_type(), false, true); };
     const auto params = r.parameter_shards();
     for (size_t k = 0; k < params.size(); ++k) {
       const std::string b = "bucket/" + std::to_string(k) + "/";
-      archive.write(b + "params", params[k].clone());  // a slice would save the whole bucket's storage
-      archive.write(b + "exp_avg", optimizer.exp_avg_shards()[k]);
-      archive.write(b + "exp_avg_sq", optimizer.exp_avg_sq_shards()[k]);
+      archive.write(b + "params", host(params[k]));
+      archive.write(b + "exp_avg", host(optimizer.exp_avg_shards()[k]));
+      archive.write(b + "exp_avg_sq", host(optimizer.exp_avg_sq_shards()[k]));
     }
     archive.write("rng/cpu", at::detail::getDefaultCPUGenerator().get_state());
 #ifdef DDPW_HAVE_CUDA
-    const auto device = r.parameters()[0].device();
+    const auto device = params[0].device();
     if (device.is_cuda())
       archive.write("rng/cuda", at::cuda::detail::getDefaultCUDAGenerator(device.index()).get_state());
 #endif
     if (rank == 0)
       for (const auto& b : r.module().named_buffers(true))
-        archive.write("buffer/" + b.key(), b.value(), /*is_buffer=*/true);
+        archive.write("buffer/" + b.key(), host(b.value()), /*is_buffer=*/true);
     std::ostringstream stream;
     archive.save_to(stream);
     const std::string payload = stream.str();
@@ -402,7 +387,7 @@ void save_sharded(const std::string& path, ShardedAdamW& optimizer, const Traini
       if (identity) manifest["program"] = *identity;
       manifest["generation"] = gen;
       manifest["world_size"] = world;
-      manifest["zero_stage"] = r.stage();
+      manifest["engine"] = r.sharded_engine();
       manifest["training"] = {
           {"epochs_run", state.epochs_run}, {"step_in_epoch", state.step_in_epoch}, {"world_size", state.world_size}};
       const auto& o = optimizer.options();
@@ -416,7 +401,7 @@ void save_sharded(const std::string& path, ShardedAdamW& optimizer, const Traini
         manifest["optimizer"]["steps_applied"] = applied;
         manifest["grad_scaler"] = {{"scale", scaler->scale}, {"growth_tracker", scaler->growth_tracker}};
       }
-      manifest["parameters"] = parameters_of(r.parameter_names(), r.parameters());
+      manifest["parameters"] = parameters_of(r.sharded_parameters());
       manifest["buffers"] = buffer_names(r.module());
       manifest["buckets"] = layout_of(r);
       Json shards = Json::array();
@@ -441,17 +426,18 @@ void save_sharded(const std::string& path, ShardedAdamW& optimizer, const Traini
 
 std::optional<TrainingState> load_sharded(const std::string& path, ShardedAdamW& optimizer,
                                           const SnapshotOwner* owner) {
-  ZeroReducer& r = optimizer.reducer();
+  ShardedState& r = optimizer.state();
   ProcessGroup& pg = r.process_group();
   const int rank = pg.rank(), world = pg.size();
-  const auto device = r.parameters()[0].device();
+  const auto shards_now = r.parameter_shards();
+  const auto device = shards_now.at(0).device();
 
   // Every rank reads the manifest; all must see the same one (a folder not shared would differ).
   std::optional<Manifest> m;
   auto problem = attempt([&] {
     m = read_manifest(path);
     if (m && owner) check_writer(path, *m, *owner);
-    if (m) check_model(path, *m, r.parameter_names(), r.parameters(), r.module());
+    if (m) check_model(path, *m, r.sharded_parameters(), r.module());
   });
   const auto seen = pg.all_gather_strings(problem ? "error"
                                           : m     ? "generation " + std::to_string(m->generation)
@@ -464,25 +450,23 @@ std::optional<TrainingState> load_sharded(const std::string& path, ShardedAdamW&
           "put " + setting_name(Setting::kSnapshotPath) + " on a filesystem that every node shares");
   if (!m) return std::nullopt;
 
-  // Read (and check) before changing anything; then every rank agrees before anyone changes.
+  // Read (and check) before changing anything, in host memory; then every rank agrees before
+  // anyone changes. With the layout it was written in, a rank reads only its own shard; otherwise
+  // every rank reads all shards, reassembles the parameters and takes its new slice of each group.
   const bool same_layout = m->world_size == world && m->json.at("buckets") == layout_of(r);  // (checked on reading)
   std::vector<torch::Tensor> params, exp_avg, exp_avg_sq;  // this rank's slices, current layout
-  bool params_whole = false;  // resharding gives every rank all parameters: no all-gather needed
   ShardContents mine;
   problem = attempt([&] {
     if (same_layout) {
-      mine = read_shard(path, *m, rank, device);
+      mine = read_shard(path, *m, rank);
       params = mine.params, exp_avg = mine.exp_avg, exp_avg_sq = mine.exp_avg_sq;
       return;
     }
     std::vector<ShardContents> all;
-    for (int k = 0; k < m->world_size; ++k) all.push_back(read_shard(path, *m, k, device));
-    const auto& like = r.parameters();
-    auto full_params = reassemble(*m, all, &ShardContents::params, like);
-    params = full_params;  // whole parameters, copied below
-    params_whole = true;
-    exp_avg = slices_of(r, rank, reassemble(*m, all, &ShardContents::exp_avg, like));
-    exp_avg_sq = slices_of(r, rank, reassemble(*m, all, &ShardContents::exp_avg_sq, like));
+    for (int k = 0; k < m->world_size; ++k) all.push_back(read_shard(path, *m, k));
+    params = slices_of(r, rank, world, reassemble(*m, all, &ShardContents::params));
+    exp_avg = slices_of(r, rank, world, reassemble(*m, all, &ShardContents::exp_avg));
+    exp_avg_sq = slices_of(r, rank, world, reassemble(*m, all, &ShardContents::exp_avg_sq));
     auto buffers = std::move(all[0].buffers);                // rank 0's shard holds them
     mine = std::move(all[rank < m->world_size ? rank : 0]);  // its RNG state: this rank's if it had one
     mine.buffers = std::move(buffers);
@@ -491,20 +475,15 @@ std::optional<TrainingState> load_sharded(const std::string& path, ShardedAdamW&
 
   {
     torch::NoGradGuard no_grad;
-    if (params_whole) {
-      for (size_t i = 0; i < params.size(); ++i) r.parameters()[i].copy_(params[i]);
-    } else {
-      auto slices = r.parameter_shards();
-      for (size_t k = 0; k < slices.size(); ++k) slices[k].copy_(params[k]);
-    }
-    for (size_t k = 0; k < exp_avg.size(); ++k) {
+    for (size_t k = 0; k < shards_now.size(); ++k) {
+      shards_now[k].detach().copy_(params[k]);
       optimizer.exp_avg_shards()[k].copy_(exp_avg[k]);
       optimizer.exp_avg_sq_shards()[k].copy_(exp_avg_sq[k]);
     }
     if (rank == 0)
       for (auto& b : r.module().named_buffers(true)) b.value().copy_(mine.buffers.at(b.key()));
   }
-  if (!params_whole) r.all_gather_parameters();
+  r.parameter_shards_changed();
   if (world > 1) {  // rank 0's buffers to all (they are in rank 0's shard only)
     std::vector<torch::Tensor> buffers = r.module().buffers(true);
     for (auto& b : buffers) {
@@ -557,17 +536,27 @@ std::string sharded_snapshot_writer(const std::string& path) {
 void load_sharded_model_weights(const std::string& path, torch::nn::Module& model) {
   auto m = read_manifest(path);
   if (!m) throw Error("sharded snapshot '" + path + "' does not exist", "train first, or check the path");
-  std::vector<std::string> names;
-  std::vector<torch::Tensor> params;
+  // By name: the groups may hold the parameters in another order than the module's (FSDP's units).
+  std::map<std::string, torch::Tensor> mine;
   for (const auto& item : model.named_parameters(true))
-    if (item.value().requires_grad()) names.push_back(item.key()), params.push_back(item.value());
-  check_model(path, *m, names, params, model);
-  const auto device = params.empty() ? torch::Device(torch::kCPU) : params[0].device();
+    if (item.value().requires_grad()) mine.emplace(item.key(), item.value());
+  std::vector<ShardedParameter> params;
+  for (const auto& saved : m->json.at("parameters")) {
+    const auto name = saved.at("name").get<std::string>();
+    const auto it = mine.find(name);
+    if (it == mine.end())
+      throw sharded_error(path, "holds '" + name + "', which the model does not have: it was written by another model");
+    params.push_back({name, it->second.sizes().vec(), it->second.scalar_type()});
+  }
+  if (params.size() != mine.size())
+    throw sharded_error(path, "holds " + std::to_string(params.size()) + " parameters, the model has " +
+                                  std::to_string(mine.size()) + ": it was written by another model");
+  check_model(path, *m, params, model);
   std::vector<ShardContents> all;
-  for (int k = 0; k < m->world_size; ++k) all.push_back(read_shard(path, *m, k, device));
-  const auto full = reassemble(*m, all, &ShardContents::params, params);
+  for (int k = 0; k < m->world_size; ++k) all.push_back(read_shard(path, *m, k));
+  const auto full = reassemble(*m, all, &ShardContents::params);
   torch::NoGradGuard no_grad;
-  for (size_t i = 0; i < params.size(); ++i) params[i].copy_(full[i]);
+  for (size_t i = 0; i < params.size(); ++i) mine.at(params[i].name).copy_(full[i]);
   for (auto& b : model.named_buffers(true)) b.value().copy_(all[0].buffers.at(b.key()));
 }
 

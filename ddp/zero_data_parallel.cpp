@@ -77,6 +77,21 @@ std::vector<ZeroBucket> ZeroReducer::buckets() const {
   return out;
 }
 
+std::vector<ShardedParameter> ZeroReducer::sharded_parameters() const {
+  std::vector<ShardedParameter> out;
+  const auto& params = parameters();
+  for (size_t i = 0; i < params.size(); ++i)
+    out.push_back({parameter_names()[i], params[i].sizes().vec(), params[i].scalar_type()});
+  return out;
+}
+
+std::vector<ShardedGroup> ZeroReducer::sharded_groups() const {
+  std::vector<ShardedGroup> out;
+  for (const auto& flat : core_->buckets())
+    out.push_back({flat.plan.params, flat.plan.offsets, flat.plan.numel, flat.padded_numel});
+  return out;
+}
+
 std::vector<torch::Tensor> ZeroReducer::parameter_shards() {
   std::vector<torch::Tensor> out;
   const int rank = process_group().rank();

@@ -34,6 +34,7 @@
 #include "ddp/joinable.h"       // defines: Joinable (what ddp::Join uses)
 #include "ddp/module_holder.h"  // defines: ModuleImpl, HolderOf (a holder or an ...Impl)
 #include "ddp/process_group.h"
+#include "ddp/sharded_state.h"  // defines: ShardedState (what ShardedAdamW and the sharded snapshots use)
 
 namespace ddp {
 
@@ -57,8 +58,8 @@ struct ZeroBucket {
 
 // The engine behind ZeroDataParallel (no template: compiled once): the engine core (engine_core.h)
 // with ZeRO's strategy, each bucket padded to a multiple of the world size and allreduced (stage 1)
-// or reduce-scattered (stage 2).
-class ZeroReducer : private BucketStrategy {
+// or reduce-scattered (stage 2). Its shards, as ShardedState (sharded_state.h): the buckets.
+class ZeroReducer : public ShardedState, private BucketStrategy {
  public:
   ZeroReducer(std::shared_ptr<torch::nn::Module> module, std::shared_ptr<ProcessGroup> pg, ZeroOptions options);
   ~ZeroReducer() override;
@@ -67,8 +68,8 @@ class ZeroReducer : private BucketStrategy {
 
   int stage() const { return options_.stage; }
   const ZeroOptions& options() const { return options_; }
-  ProcessGroup& process_group() { return core_->process_group(); }
-  torch::nn::Module& module() { return *module_; }
+  ProcessGroup& process_group() override { return core_->process_group(); }
+  torch::nn::Module& module() override { return *module_; }
   const std::vector<torch::Tensor>& parameters() const { return core_->parameters(); }
   const std::vector<std::string>& parameter_names() const { return core_->names(); }
   std::vector<ZeroBucket> buckets() const;
@@ -78,14 +79,21 @@ class ZeroReducer : private BucketStrategy {
 
   // What the sharded optimizer works on, one tensor per bucket, all of shard_numel elements:
   // this rank's slice of the flat parameters (views) and of the averaged gradients.
-  std::vector<torch::Tensor> parameter_shards();
-  std::vector<torch::Tensor> gradient_shards();
+  std::vector<torch::Tensor> parameter_shards() override;
+  std::vector<torch::Tensor> gradient_shards() override;
   // True after a synchronized backward since the last clear_gradients().
-  bool has_gradients() const { return has_gradients_; }
+  bool has_gradients() const override { return has_gradients_; }
   // zero_grad(): .grad to none (or zero), stage 2's gradient slices emptied.
-  void clear_gradients(bool set_to_none);
+  void clear_gradients(bool set_to_none) override;
   // After the optimizer updated this rank's slices: every rank gets every slice.
   void all_gather_parameters();
+
+  // ShardedState (sharded_state.h): the buckets are the groups.
+  std::string sharded_engine() const override { return "ZeRO stage " + std::to_string(options_.stage); }
+  std::vector<ShardedParameter> sharded_parameters() const override;
+  std::vector<ShardedGroup> sharded_groups() const override;
+  void parameter_shards_changed() override { all_gather_parameters(); }
+  int64_t step_group_bytes() const override { return static_cast<int64_t>(options_.bucket_mb * 1024 * 1024); }
 
  private:
   // Bucket k's part that is ZeRO's own (the core holds its plan and gradient buffer).
@@ -148,6 +156,7 @@ class ZeroDataParallel : public Joinable {
   int stage() const { return reducer_->stage(); }
   size_t bucket_count() const { return reducer_->bucket_count(); }
   const std::shared_ptr<ZeroReducer>& reducer() const { return reducer_; }
+  std::shared_ptr<ShardedState> sharded_state() const { return reducer_; }  // what ShardedAdamW steps on
 
   // Joinable (joinable.h): no hook (see above).
   ProcessGroup& join_process_group() override { return reducer_->process_group(); }

@@ -258,11 +258,11 @@ inline int fp16_zero_skips_on_every_rank(int rank, std::shared_ptr<ddp::ProcessG
     auto holders = torch::tensor({mine ? 1.0f : 0.0f}).to(device);
     pg->allreduce_sum(holders, "which ranks found inf");
     const double scale_before = scaler->get_scale();
-    const auto params = copies(opt.reducer().parameter_shards());
+    const auto params = copies(opt.state().parameter_shards());
     const auto m = copies(opt.exp_avg_shards()), v = copies(opt.exp_avg_sq_shards());
     const double applied = opt.applied_steps().item<double>();
     opt.step();
-    const bool unchanged = all_equal(params, opt.reducer().parameter_shards()) && all_equal(m, opt.exp_avg_shards()) &&
+    const bool unchanged = all_equal(params, opt.state().parameter_shards()) && all_equal(m, opt.exp_avg_shards()) &&
                            all_equal(v, opt.exp_avg_sq_shards()) && opt.applied_steps().item<double>() == applied;
     const double scale = scaler->get_scale();
     if (poison) {

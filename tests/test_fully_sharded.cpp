@@ -27,7 +27,9 @@
 #include "ddp/module_call.h"
 #include "ddp/timeline.h"
 #include "ddp/weights_io.h"
+#include "ddp/autocast.h"
 #include "fsdp_scenarios.h"
+#include "host_allocations.h"
 #include "multiprocess.h"
 
 namespace fully_sharded_tests {
@@ -87,6 +89,80 @@ TEST(FullyShardedEquivalence, EachRankHoldsItsShare) {
                               static_cast<long long>(numel), static_cast<long long>(padded));
                   const bool ok = held == expected && padded - numel < 3 * 4 && shard * 3 == padded &&
                                   model.engine()->gathered_bytes() == 0 && recorded;
+                  return ok ? 0 : 1;
+                }),
+            0);
+}
+
+// A model of 4 units of ~1 MiB and a root unit, built on the host, wrapped by 2 ranks: no rank ever
+// holds the whole model beside its shards. The host allocations are counted exactly (host_allocations.h):
+// wrapping takes at most about one unit over what the model had (the model's own memory goes unit by
+// unit: afterwards a rank holds its shards, not the model); a step's reduce-scatter inputs are freed
+// as each lands (at most 2 units hold one); full_state_dict() takes at most two units on rank 1 (the
+// gathered unit and Gloo's buffer), rank 0 the dict; load_full_state_dict() reads rank 0's dict only.
+struct WideNetImpl : torch::nn::Module {
+  WideNetImpl() {
+    for (int i = 0; i < 4; ++i) blocks.push_back(register_module("blocks" + std::to_string(i), torch::nn::Linear(512, 512)));
+    head = register_module("head", torch::nn::Linear(512, 4));
+  }
+  torch::Tensor forward(torch::Tensor x) {
+    for (auto& b : blocks) x = torch::tanh(ddp::call(b, x));
+    return head(x);
+  }
+  std::vector<torch::nn::Linear> blocks;
+  torch::nn::Linear head{nullptr};
+};
+
+TEST(FullyShardedEquivalence, NoRankEverHoldsTheWholeModel) {
+  EXPECT_EQ(ddp_test::run_ranks(
+                2,
+                [](int rank, auto pg) {
+                  auto& host = ddp_test::HostAllocations::install();
+                  torch::manual_seed(3);
+                  auto net = std::make_shared<WideNetImpl>();
+                  std::vector<std::shared_ptr<torch::nn::Module>> units;
+                  for (auto& b : net->blocks) units.push_back(b.ptr());
+                  int64_t model_bytes = 0;
+                  for (const auto& p : net->parameters()) model_bytes += static_cast<int64_t>(p.nbytes());
+                  ddp::TensorDict built;  // rank 0 keeps the weights as built, to load them back below
+                  if (rank == 0)
+                    for (const auto& [name, t] : ddp::state_dict(*net)) built.emplace_back(name, t.detach().clone());
+                  const int64_t unit = 513 * 512 * 4, mib = 1 << 20;
+                  auto report = [&](const char* what, int64_t extra, int64_t bound) {
+                    std::printf("rank %d: %-26s %6.2f MiB over what it held before (bound %.2f MiB)\n", rank, what,
+                                static_cast<double>(extra) / mib, static_cast<double>(bound) / mib);
+                    return extra <= bound;
+                  };
+                  bool ok = true;
+                  host.reset_peak();
+                  const int64_t before = host.current();
+                  ddp::FullyShardedDataParallel model(net, units, pg);
+                  ok &= report("wrapping (peak)", host.peak() - before, unit + unit / 2 + 64 * 1024);
+                  const int64_t after = host.current();
+                  ok &= report("after wrapping", after - before, -(model_bytes / 2) + 64 * 1024);
+
+                  ddp::ShardedAdamW optimizer(model, kAdam);
+                  auto x = torch::randn({6, 512}), y = torch::randint(0, 4, {6});
+                  torch::nn::functional::cross_entropy(model(x), y).backward();
+                  optimizer.step();
+                  std::printf("rank %d: at most %d units held a reduce-scatter input\n", rank,
+                              model.engine()->most_units_holding_reduce_input());
+                  ok &= model.engine()->most_units_holding_reduce_input() <= 2;
+
+                  host.reset_peak();
+                  const int64_t steady = host.current();
+                  auto full = model.full_state_dict();
+                  ok &= rank == 0 ? report("full_state_dict (peak)", host.peak() - steady, model_bytes + 2 * unit + 64 * 1024)
+                                  : report("full_state_dict (peak)", host.peak() - steady, 2 * unit + 64 * 1024) &&
+                                        full.empty();
+                  // Back to the weights as built, from rank 0's dict alone.
+                  model.load_full_state_dict(rank == 0 ? built : ddp::TensorDict{});
+                  const auto again = model.full_state_dict();
+                  if (rank == 0) {
+                    const double diff = max_difference(again, built);
+                    std::printf("rank 0: loaded from rank 0's dict: max difference %.3g\n", diff);
+                    ok &= diff == 0;
+                  }
                   return ok ? 0 : 1;
                 }),
             0);
@@ -163,7 +239,15 @@ TEST(FullyShardedEquivalence, DifferentModelsOnRanksAreAnError) {
                                   const bool refused = fails_with(
                                       [&] { ddp::FullyShardedDataParallel<BlockImpl> m(block.ptr(), {}, pg); },
                                       "the ranks hold different models");
-                                  return refused ? 0 : 1;
+                                  if (!refused) return 1;
+                                  // The same model, but rank 1 names one unit less: named before any collective.
+                                  auto net = make_net();
+                                  auto units = units_of(*net);
+                                  if (rank == 1) units.pop_back();
+                                  return fails_with([&] { ddp::FullyShardedDataParallel m(net, units, pg); },
+                                                    "rank 1 has 'units blocks0, blocks1' where rank 0 has 'units blocks0, blocks1, blocks2'")
+                                             ? 0
+                                             : 1;
                                 }),
             0);
 }
@@ -209,6 +293,45 @@ TEST(FullyShardedEquivalence, RefusalsAndBf16) {
                   const double diff = max_difference(bf16, reference(2, 1));
                   std::printf("bf16 compute vs float32: max difference %.3g (bound 3e-2)\n", diff);
                   ok &= diff <= 3e-2 && diff > 0 && bf16.front().second.scalar_type() == torch::kFloat32;
+                  // no_sync sums the bfloat16 gradients in the reduce dtype (float32: 4 bytes an element).
+                  {
+                    auto n2 = make_net();
+                    ddp::FullyShardedDataParallel<TinyNetImpl> m2(n2, units_of(*n2), pg, o);
+                    auto ns = m2.no_sync();
+                    torch::nn::functional::cross_entropy(m2(batch(0).first), batch(0).second).backward();
+                    int64_t padded = 0;
+                    for (const auto& u : m2.engine()->units()) padded += u.padded_numel;
+                    std::printf("no_sync in bf16: %lld bytes of summed gradients for %lld elements\n",
+                                static_cast<long long>(m2.engine()->full_gradient_bytes()),
+                                static_cast<long long>(padded));
+                    ok &= m2.engine()->full_gradient_bytes() == padded * 4;
+                  }
+                  // Checkpointing under autocast: the recompute runs under the forward's autocast, so the
+                  // gradients (and the trained weights) equal the run without checkpointing.
+                  // (Backward outside autocast, as PyTorch recommends: there the state is off.)
+                  ddp::TensorDict amp[2];
+                  for (int checkpoint = 0; checkpoint < 2; ++checkpoint) {
+                    auto n3 = make_net();
+                    ddp::FullyShardedOptions co;
+                    co.checkpoint_activations = checkpoint == 1;
+                    ddp::FullyShardedDataParallel<TinyNetImpl> m3(n3, units_of(*n3), pg, co);
+                    ddp::ShardedAdamW adam(m3, kAdam);
+                    for (int step = 0; step < 2; ++step) {
+                      adam.zero_grad();
+                      auto [x, y] = batch(step);
+                      torch::Tensor loss;
+                      {
+                        ddp::Autocast autocast({.device_type = torch::kCPU, .dtype = torch::kBFloat16});
+                        loss = torch::nn::functional::cross_entropy(m3(x), y);
+                      }
+                      loss.backward();
+                      adam.step();
+                    }
+                    amp[checkpoint] = m3.full_state_dict();
+                  }
+                  const double amp_diff = max_difference(amp[0], amp[1]);
+                  std::printf("autocast bf16, checkpointing vs without: max difference %.3g\n", amp_diff);
+                  ok &= amp_diff <= 1e-6;
                   return ok ? 0 : 1;
                 }),
             0);

@@ -37,6 +37,33 @@ TEST(ProcessGroup, OneProcessGroupsOnOneHostDoNotMeet) {
   EXPECT_EQ(t.sum().item<double>(), 4.0);
 }
 
+// A tensor that is not on the group's device is refused before the backend sees it, naming the call
+// (NCCL's own words name none): on a CPU group a meta tensor stands for a CPU tensor on a GPU group.
+TEST(ProcessGroup, RefusesATensorOffItsDevice) {
+  ddp::LaunchEnv one;
+  auto pg = ddp::init_process_group(one, torch::Device(torch::kCPU));
+  auto off = torch::zeros({1}, torch::TensorOptions().device(torch::kMeta));
+  for (int call = 0; call < 2; ++call) {
+    try {
+      if (call == 0) {
+        pg->allreduce_sum(off, "the vote of a test");
+      } else {
+        std::vector<torch::Tensor> list{off};
+        pg->broadcast(list, 0, "the broadcast of a test");
+      }
+      ADD_FAILURE() << "no error for a tensor on the meta device";
+    } catch (const ddp::Error& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find(call == 0 ? "the vote of a test: a tensor on meta" : "the broadcast of a test"), std::string::npos)
+          << what;
+      EXPECT_NE(what.find("pg.device()"), std::string::npos) << what;
+    }
+  }
+  auto fine = torch::ones({1});
+  pg->allreduce_sum(fine, "after the refusals");
+  EXPECT_EQ(fine.item<float>(), 1.0f);
+}
+
 // Several ranks without a port: refused before anyone waits, naming the fix.
 TEST(ProcessGroup, SeveralRanksWithoutAPortAreRefused) {
   ddp::LaunchEnv two;

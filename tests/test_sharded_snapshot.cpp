@@ -101,21 +101,21 @@ double max_difference(torch::nn::Module& a, torch::nn::Module& b) {
 double moment_difference(ddp::ShardedAdamW& optimizer, NetImpl& reference_net, torch::optim::AdamW& reference,
                          int rank) {
   double worst = 0;
-  const auto& buckets = optimizer.reducer().buckets();
+  const auto buckets = optimizer.state().sharded_groups();
   const auto params = reference_net.parameters();
   for (size_t k = 0; k < buckets.size(); ++k) {
     for (int second = 0; second < 2; ++second) {
       auto flat = torch::zeros({buckets[k].padded_numel}, torch::kFloat64);
-      for (size_t s = 0; s < buckets[k].plan.params.size(); ++s) {
-        const auto& p = params[buckets[k].plan.params[s]];
+      for (size_t s = 0; s < buckets[k].params.size(); ++s) {
+        const auto& p = params[buckets[k].params[s]];
         auto& st = static_cast<torch::optim::AdamWParamState&>(*reference.state().at(p.unsafeGetTensorImpl()));
-        flat.narrow(0, buckets[k].plan.offsets[s], p.numel())
+        flat.narrow(0, buckets[k].offsets[s], p.numel())
             .copy_((second ? st.exp_avg_sq() : st.exp_avg()).reshape({-1}));
       }
       const auto mine = second ? optimizer.exp_avg_sq_shards()[k] : optimizer.exp_avg_shards()[k];
       worst = std::max(
           worst,
-          (mine - flat.narrow(0, rank * buckets[k].shard_numel, buckets[k].shard_numel)).abs().max().item<double>());
+          (mine - flat.narrow(0, rank * mine.numel(), mine.numel())).abs().max().item<double>());
     }
   }
   return worst;

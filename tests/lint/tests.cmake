@@ -14,3 +14,7 @@ set_tests_properties(lint.site_sources PROPERTIES LABELS unit TIMEOUT 60 ENVIRON
 # catches a planted one (include_cycles.py).
 add_test(NAME lint.include_cycles COMMAND python3 "${CMAKE_CURRENT_LIST_DIR}/include_cycles.py" "${PROJECT_SOURCE_DIR}")
 set_tests_properties(lint.include_cycles PROPERTIES LABELS unit TIMEOUT 60 ENVIRONMENT "${DDPW_CPU_ONLY_ENV}")
+# Every tensor literal handed to a collective names a device (NCCL refuses CPU tensors; a CPU machine
+# cannot show it), after proving it catches a planted one (collective_devices.py).
+add_test(NAME lint.collective_devices COMMAND python3 "${CMAKE_CURRENT_LIST_DIR}/collective_devices.py" "${PROJECT_SOURCE_DIR}")
+set_tests_properties(lint.collective_devices PROPERTIES LABELS unit TIMEOUT 60 ENVIRONMENT "${DDPW_CPU_ONLY_ENV}")
