@@ -11,20 +11,12 @@ namespace {
 int64_t bytes_of(const torch::Tensor& t) { return t.defined() ? static_cast<int64_t>(t.nbytes()) : 0; }
 }  // namespace
 
-ddp::FullyShardedOptions fsdp_options(const Options& o) {
+ddp::FullyShardedOptions fsdp_options(const Options& o, const torch::Device& device) {
   ddp::FullyShardedOptions f;
+  f.device = device;
   f.reshard_after_forward = o.reshard_after_forward;
   f.checkpoint_activations = o.checkpoint_activations;
   return f;
-}
-
-void save_fully_sharded_snapshot(const Options& o, ddp::FullyShardedAdamW& optimizer, const ddp::TrainingState& state) {
-  ddp::save_fully_sharded_snapshot(o.snapshot_path, optimizer, state, snapshot_owner(o));
-}
-
-std::optional<ddp::TrainingState> load_fully_sharded_snapshot(const Options& o, ddp::FullyShardedAdamW& optimizer) {
-  if (o.fresh) return std::nullopt;  // the files stay until the first save replaces them
-  return ddp::load_fully_sharded_snapshot(o.snapshot_path, optimizer, snapshot_owner(o));
 }
 
 KeptBytes kept_bytes(FullyShardedModel& model, const ddp::FullyShardedAdamW& optimizer) {

@@ -1,5 +1,5 @@
 // defines: the course's side of fully sharded data parallel (step 6): FullyShardedModel, fsdp_options
-//          (the command line's sharding and checkpointing), the sharded snapshots at --snapshot,
+//          (the command line's sharding and checkpointing; the snapshots are ZeRO's, from_options.h),
 //          kept_bytes (what a rank keeps between steps) and ShardedView (the wrapper seen as a Model,
 //          so that evaluation runs through it: no rank holds the whole model to evaluate with).
 #pragma once
@@ -17,16 +17,10 @@ namespace ddpw {
 
 using FullyShardedModel = ddp::FullyShardedDataParallel<Model>;
 
-// --reshard-after-forward and --checkpoint-activations (kFsdpOptions). --precision stays autocast
-// around the model's forward (models.h); the shards and the reduce-scatter stay float32.
-ddp::FullyShardedOptions fsdp_options(const Options& options);
-
-// Each rank's shard and rank 0's manifest at --snapshot, recording the program and dataset; --fresh
-// ignores an existing one. Collective, as ddp::save/load_fully_sharded_snapshot.
-void save_fully_sharded_snapshot(const Options& options, ddp::FullyShardedAdamW& optimizer,
-                                 const ddp::TrainingState& state);
-std::optional<ddp::TrainingState> load_fully_sharded_snapshot(const Options& options,
-                                                              ddp::FullyShardedAdamW& optimizer);
+// --reshard-after-forward and --checkpoint-activations (kFsdpOptions), and the device the shards go to
+// (the model is built on the host). --precision stays autocast around the model's forward (models.h);
+// the shards and the reduce-scatter stay float32.
+ddp::FullyShardedOptions fsdp_options(const Options& options, const torch::Device& device);
 
 // This rank's shards and their gradients, what is still gathered (parameters kept after forward,
 // gradients accumulated under no_sync) and the optimizer's moments.

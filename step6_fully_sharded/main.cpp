@@ -13,7 +13,7 @@
 #include "ddp/device.h"           // defines: choose_device, visible_gpus
 #include "ddp/hostlist.h"         // defines: expand_hostlist (Slurm's node lists)
 #include "ddp/stop_agreement.h"   // defines: StopAgreement (all ranks stop at one step on SIGTERM/SIGUSR1)
-// TODO(step6): FSDP's model wrapper, optimizer and snapshots instead of ZeRO's (start at ddp/fully_sharded.h).
+// TODO(step6): FSDP's model wrapper instead of ZeRO's (start at ddp/fully_sharded.h); the optimizer and snapshots stay.
 #include "course/from_options.h"   // defines: save/load_sharded_snapshot (a shard per rank), zero_options, adam_options
 #include "course/zero_settings.h"  // defines: learning_rate_at (DeepSpeed's WarmupLR)
 #include "ddp/sharded_adamw.h"     // defines: ShardedAdamW; with it ZeroDataParallel, ProcessGroup
@@ -30,13 +30,14 @@ class Trainer {
         workload_(ddpw::make_workload(opt)),
         // TODO(step1): give each rank its own shard of every epoch's shuffle (as DistributedSampler).
         sampler_(workload_.train.size(), launch.world_size, launch.global_rank, opt.seed),
-        // TODO(step6): shard it (fully_shard above) and step a FullyShardedAdamW on this rank's shards.
+        // TODO(step6): build the model on the host (CPU) and shard it (fully_shard above): only this rank's shards go
+        //   to the device. ZeRO's ShardedAdamW steps on them as before.
         model_(workload_.make_model(device), pg, ddpw::zero_options(opt)),
         loader_(workload_.train, sampler_, opt.batch_size, device),
         optimizer_(std::make_unique<ddp::ShardedAdamW>(model_, ddpw::adam_options(opt))),
         stop_(pg.get()),
         reporter_(opt, launch, device, workload_, pg.get()) {
-    // TODO(step6): every rank reads its shard of the units (all shards with another world size).
+    // TODO(step4): every rank reads its shard (all shards with another world size: they reshard).
     if (auto state = ddpw::load_sharded_snapshot(opt, *optimizer_)) {
       epochs_run_ = state->epochs_run;
       first_step_ = state->step_in_epoch;
@@ -60,8 +61,8 @@ class Trainer {
 
   torch::Tensor run_batch(const ddp::Batch& batch) {
     optimizer_->zero_grad();
-    // TODO(step6): gradient accumulation: --accumulate micro-batches; all but the last forward and backward inside
-    //   model_.no_sync() (gradients add up locally); the last one's backward reduce-scatters the sum.
+    // TODO(step6): gradient accumulation: --accumulate micro-batches; gradient sync off for all but the last
+    //   (model_.set_requires_gradient_sync: they add up locally); the last one's backward reduce-scatters the sum.
     auto loss = workload_.loss(model_(batch.input), batch.target);
     loss.backward();
     // TODO(step4): DeepSpeed's gradient_clipping (the norm of all ranks' shards) and WarmupLR, then the step.
@@ -91,7 +92,7 @@ class Trainer {
   }
 
   void save(int64_t epochs_run, int64_t step) {
-    // TODO(step6): every rank writes its shards of the units and of Adam's moments, rank 0 the manifest.
+    // TODO(step4): no rank holds all the optimizer state: every rank writes its shard, rank 0 the manifest.
     ddpw::save_sharded_snapshot(opt_, *optimizer_, {epochs_run, step, launch_.world_size});
     reporter_.announce("Training snapshot saved at {} ({} epochs run, step {})", opt_.snapshot_path, epochs_run, step);
   }

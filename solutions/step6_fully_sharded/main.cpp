@@ -13,16 +13,16 @@
 #include "ddp/device.h"           // defines: choose_device, visible_gpus
 #include "ddp/hostlist.h"         // defines: expand_hostlist (Slurm's node lists)
 #include "ddp/stop_agreement.h"   // defines: StopAgreement (all ranks stop at one step on SIGTERM/SIGUSR1)
-// TODO(step6): FSDP's model wrapper, optimizer and snapshots instead of ZeRO's (start at ddp/fully_sharded.h).
+// TODO(step6): FSDP's model wrapper instead of ZeRO's (start at ddp/fully_sharded.h); the optimizer and snapshots stay.
 #include "course/from_options.h"  // defines: adam_options
-#include "course/fully_sharded.h"  // defines: FullyShardedModel, fsdp_options, ShardedView, save/load_fully_sharded_snapshot
+#include "course/fully_sharded.h"  // defines: FullyShardedModel, fsdp_options, ShardedView
 #include "course/zero_settings.h"  // defines: learning_rate_at (DeepSpeed's WarmupLR)
 
 // TODO(step6): one FSDP unit per transformer block (Model::blocks()), the rest (embeddings, final norm, head) in
 //   the root unit; resharding and activation checkpointing as the command line says (ddpw::fsdp_options).
-ddpw::FullyShardedModel fully_shard(std::shared_ptr<ddpw::Model> model, std::shared_ptr<ddp::ProcessGroup> pg,
-                                    const ddpw::Options& opt) {
-  return {model, model->blocks(), std::move(pg), ddpw::fsdp_options(opt)};
+ddpw::FullyShardedModel fully_shard(std::shared_ptr<ddpw::Model> model, torch::Device device,
+                                    std::shared_ptr<ddp::ProcessGroup> pg, const ddpw::Options& opt) {
+  return {model, model->blocks(), std::move(pg), ddpw::fsdp_options(opt, device)};
 }
 
 class Trainer {
@@ -34,14 +34,15 @@ class Trainer {
         workload_(ddpw::make_workload(opt)),
         // TODO(step1): give each rank its own shard of every epoch's shuffle (as DistributedSampler).
         sampler_(workload_.train.size(), launch.world_size, launch.global_rank, opt.seed),
-        // TODO(step6): shard it (fully_shard above) and step a FullyShardedAdamW on this rank's shards.
-        model_(fully_shard(workload_.make_model(device), pg, opt)),
+        // TODO(step6): build the model on the host (CPU) and shard it (fully_shard above): only this rank's shards go
+        //   to the device. ZeRO's ShardedAdamW steps on them as before.
+        model_(fully_shard(workload_.make_model(torch::kCPU), device, pg, opt)),
         loader_(workload_.train, sampler_, opt.batch_size, device),
-        optimizer_(std::make_unique<ddp::FullyShardedAdamW>(model_, ddpw::adam_options(opt))),
+        optimizer_(std::make_unique<ddp::ShardedAdamW>(model_, ddpw::adam_options(opt))),
         stop_(pg.get()),
         reporter_(opt, launch, device, workload_, pg.get()) {
-    // TODO(step6): every rank reads its shard of the units (all shards with another world size).
-    if (auto state = ddpw::load_fully_sharded_snapshot(opt, *optimizer_)) {
+    // TODO(step4): every rank reads its shard (all shards with another world size: they reshard).
+    if (auto state = ddpw::load_sharded_snapshot(opt, *optimizer_)) {
       epochs_run_ = state->epochs_run;
       first_step_ = state->step_in_epoch;
       reporter_.print("Resuming training from snapshot {} at epoch {}, step {}", opt.snapshot_path, epochs_run_,
@@ -64,13 +65,12 @@ class Trainer {
 
   torch::Tensor run_batch(const ddp::Batch& batch) {
     optimizer_->zero_grad();
-    // TODO(step6): gradient accumulation: --accumulate micro-batches; all but the last forward and backward inside
-    //   model_.no_sync() (gradients add up locally); the last one's backward reduce-scatters the sum.
+    // TODO(step6): gradient accumulation: --accumulate micro-batches; gradient sync off for all but the last
+    //   (model_.set_requires_gradient_sync: they add up locally); the last one's backward reduce-scatters the sum.
     const auto inputs = batch.input.chunk(opt_.accumulate), targets = batch.target.chunk(opt_.accumulate);
     auto loss = torch::zeros({}, batch.input.options());
     for (size_t i = 0; i < inputs.size(); ++i) {
-      std::optional<ddpw::FullyShardedModel::NoSync> no_sync;  // none for the last micro-batch
-      if (i + 1 < inputs.size()) no_sync.emplace(*model_.engine());
+      model_.set_requires_gradient_sync(i + 1 == inputs.size());  // only the last one's backward reduces
       auto part = workload_.loss(model_(inputs[i]), targets[i]) / static_cast<double>(inputs.size());
       part.backward();
       loss += part.detach();
@@ -102,8 +102,8 @@ class Trainer {
   }
 
   void save(int64_t epochs_run, int64_t step) {
-    // TODO(step6): every rank writes its shards of the units and of Adam's moments, rank 0 the manifest.
-    ddpw::save_fully_sharded_snapshot(opt_, *optimizer_, {epochs_run, step, launch_.world_size});
+    // TODO(step4): no rank holds all the optimizer state: every rank writes its shard, rank 0 the manifest.
+    ddpw::save_sharded_snapshot(opt_, *optimizer_, {epochs_run, step, launch_.world_size});
     reporter_.announce("Training snapshot saved at {} ({} epochs run, step {})", opt_.snapshot_path, epochs_run, step);
   }
 
@@ -115,7 +115,7 @@ class Trainer {
   ddpw::FullyShardedModel model_;
   ddpw::ShardedView view_{model_};
   ddp::Loader loader_;
-  std::unique_ptr<ddp::FullyShardedAdamW> optimizer_;
+  std::unique_ptr<ddp::ShardedAdamW> optimizer_;
   ddp::StopAgreement stop_;
   ddpw::EpochReporter reporter_;
   int64_t epochs_run_ = 0, first_step_ = 0;
