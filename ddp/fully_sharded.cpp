@@ -280,6 +280,20 @@ void FullyShardedEngine::abandon_root_forward() noexcept {
   }
 }
 
+void FullyShardedEngine::explain_forward_failure(const c10::Error& error) const {
+  const std::string what = error.what_without_backtrace();
+  if (what.find("data is not allocated") == std::string::npos) return;  // LibTorch's words for a freed storage
+  std::string skipped;
+  for (size_t u = 1; u < units_.size(); ++u)
+    if (std::find(order_.begin(), order_.end(), u) == order_.end())
+      skipped += (skipped.empty() ? "" : ", ") + units_[u].layout.name;
+  throw Error("FullyShardedDataParallel: the model's forward read the parameters of a unit that is not gathered" +
+                  (skipped.empty() ? std::string() : " (not called through ddp::call in this forward: " + skipped + ")") +
+                  "; LibTorch said: " + what.substr(0, what.find('\n')),
+              "inside the model's forward call each unit as ddp::call(unit, x), not unit->forward(x) or unit(x): "
+              "that call site is where the wrapper gathers the unit");
+}
+
 torch::Tensor FullyShardedEngine::cast_input(const torch::Tensor& input) const {
   if (!options_.param_dtype || !input.defined() || !input.is_floating_point() || input.scalar_type() == dtypes_.compute)
     return input;

@@ -103,6 +103,9 @@ class FullyShardedEngine : public ShardedState {
   void begin_root_forward();
   torch::Tensor end_root_forward(torch::Tensor output);  // output: hooked for backward
   void abandon_root_forward() noexcept;                  // an exception left the root's forward
+  // LibTorch's error from reading an ungathered unit's parameters (the unit called as
+  // unit->forward(x), not ddp::call(unit, x)) as a ddp::Error naming the fix; other errors: returns.
+  void explain_forward_failure(const c10::Error& error) const;
   // A floating-point input in the compute dtype (param_dtype), others as they are.
   torch::Tensor cast_input(const torch::Tensor& input) const;
 
@@ -208,6 +211,10 @@ class FullyShardedDataParallel {
         engine_->end_root_forward(torch::Tensor());
         return output;
       }
+    } catch (const c10::Error& e) {
+      engine_->abandon_root_forward();
+      engine_->explain_forward_failure(e);  // a ddp::Error naming the fix when a unit was read ungathered
+      throw;
     } catch (...) {
       engine_->abandon_root_forward();
       throw;

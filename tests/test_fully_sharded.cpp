@@ -19,6 +19,7 @@
 #include <cstdio>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <string>
 #include <thread>
 
@@ -28,6 +29,7 @@
 #include "ddp/timeline.h"
 #include "ddp/weights_io.h"
 #include "ddp/autocast.h"
+#include "ddp/grad_scaler.h"
 #include "fsdp_scenarios.h"
 #include "host_allocations.h"
 #include "multiprocess.h"
@@ -168,6 +170,45 @@ TEST(FullyShardedEquivalence, NoRankEverHoldsTheWholeModel) {
             0);
 }
 
+// float16 training's loss scaling with FSDP: a GradScaler attached to the (ZeRO's) ShardedAdamW. An
+// inf in one element of one rank's gradient lands, after the reduce-scatter, in one rank's slice
+// only; the ranks' found_inf is combined, so every rank skips the step and the scale backs off; the
+// next step applies.
+TEST(FullyShardedEquivalence, Fp16InfInOneRanksSliceSkipsTheStepOnEveryRank) {
+  EXPECT_EQ(ddp_test::run_ranks(
+                2,
+                [](int rank, auto pg) {
+                  auto net = make_net();
+                  ddp::FullyShardedDataParallel model(net, units_of(*net), pg);
+                  ddp::ShardedAdamW optimizer(model, kAdam);
+                  auto scaler = std::make_shared<ddp::GradScaler>(torch::kCPU);
+                  optimizer.set_grad_scaler(scaler);
+                  bool ok = true;
+                  for (int step = 0; step < 2; ++step) {
+                    optimizer.zero_grad();
+                    auto [x, y] = my_share(batch(step), rank, 2);
+                    auto loss = torch::nn::functional::cross_entropy(model(x), y);
+                    if (step == 0 && rank == 1)  // the head is in the root unit, gathered until backward ends
+                      loss = loss + net->head->weight.index({0, 0}) * std::numeric_limits<float>::infinity();
+                    scaler->scale(loss).backward();
+                    bool mine = false;
+                    for (const auto& g : optimizer.state().gradient_shards()) mine |= !g.isfinite().all().item<bool>();
+                    std::vector<torch::Tensor> before;
+                    for (const auto& p : optimizer.state().parameter_shards()) before.push_back(p.clone());
+                    const double scale = scaler->get_scale();
+                    optimizer.step();
+                    bool unchanged = true;
+                    const auto after = optimizer.state().parameter_shards();
+                    for (size_t k = 0; k < after.size(); ++k) unchanged &= torch::equal(before[k], after[k]);
+                    std::printf("rank %d, step %d: inf in this rank's slice: %s; step %s; scale %g -> %g\n", rank, step,
+                                mine ? "yes" : "no", unchanged ? "skipped" : "applied", scale, scaler->get_scale());
+                    ok &= step == 0 ? unchanged && scaler->get_scale() < scale : !unchanged;
+                  }
+                  return ok ? 0 : 1;
+                }),
+            0);
+}
+
 // Snapshot with 2 ranks after 2 steps, resume with 3 ranks for a third: equals 3 steps in one process.
 TEST(FullyShardedEquivalence, ResumesOnAnotherWorldSize) {
   const std::string dir = ddp_test::shared_test_dir();
@@ -229,6 +270,15 @@ struct TiedImpl : torch::nn::Module {  // two blocks sharing one Linear
   Block a{nullptr}, b{nullptr};
 };
 
+struct PlainCallImpl : torch::nn::Module {  // the second unit called without ddp::call
+  PlainCallImpl() {
+    a = register_module("a", Block(4, 3));
+    b = register_module("b", Block(4, 3));
+  }
+  torch::Tensor forward(torch::Tensor x) { return b->forward(ddp::call(a, x)); }
+  Block a{nullptr}, b{nullptr};
+};
+
 // The refusals, each naming the fix; then the same model still trains, and in bfloat16.
 // Ranks that built different models stop at construction with the engine core's model check
 // (names and shapes against rank 0's, as DDP's), not in a broadcast of mismatched sizes.
@@ -281,6 +331,12 @@ TEST(FullyShardedEquivalence, RefusalsAndBf16) {
                       "outside the wrapped model's forward");
                   ok &= fails_with([&] { ddp::FullyShardedDataParallel<TinyNetImpl> again(net, units_of(*net), pg); },
                                    "already has an interceptor");
+                  // A unit called as block->forward(x) reads ungathered parameters: named, with the fix.
+                  {
+                    auto plain = std::make_shared<PlainCallImpl>();
+                    ddp::FullyShardedDataParallel<PlainCallImpl> m(plain, {plain->a.ptr(), plain->b.ptr()}, pg);
+                    ok &= fails_with([&] { m(torch::randn({2, 4})); }, "not called through ddp::call in this forward: b");
+                  }
                   // Still trains after the refusals.
                   auto out = model(torch::randn({2, 5}));
                   out.sum().backward();
