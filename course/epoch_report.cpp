@@ -4,6 +4,9 @@
 
 #include <vector>
 
+#include "course/gpt_sample.h"   // defines: sample_gpt
+#include "course/peak_memory.h"  // defines: peak_memory
+#include "ddp/device.h"          // defines: device_name
 #include "ddp/error.h"
 #include "ddp/process_group.h"
 #include "ddp/weights_io.h"
@@ -53,6 +56,7 @@ EpochReporter::EpochReporter(const Options& options, const LaunchEnv& launch, to
 }
 
 EpochLog EpochReporter::begin_epoch(int64_t epoch, Loader& loader, int64_t first_step) {
+  if (options_.steps > 0) loader.limit_steps(options_.steps);
   fmt::print("{} Epoch {} | Batchsize: {} | Steps: {}\n", tag_, epoch, loader.batch_size(), loader.steps());
   loader.take_load_seconds();  // this epoch's loading time only
   return EpochLog(epoch, first_step, loader, tag_, options_.log_every, trace_.get());
@@ -122,42 +126,53 @@ double weights_checksum(torch::nn::Module& model) {
 }
 }  // namespace
 
+void EpochReporter::write_trace() {
+  if (!trace_) return;
+  const std::string written = trace_->write(pg_);
+  if (!written.empty()) print("{}", written);
+  trace_.reset();
+}
+
+void EpochReporter::print_peak_memory() const {
+  print("peak memory: {}", describe(peak_memory(device_), device_));
+}
+
+void EpochReporter::print_sample(Model& model) const {
+  auto* gpt = dynamic_cast<Gpt*>(&model);
+  if (launch_.global_rank != 0 || workload_.alphabet.empty() || gpt == nullptr || gpt->parameters().empty()) return;
+  SampleSettings settings;
+  settings.temperature = options_.sample_temperature;
+  settings.seed = options_.seed;
+  const auto lines = sample_gpt(*gpt, workload_.alphabet, settings);
+  if (lines.empty())
+    print("Sample: (blanks only in {} characters: the GPT has not learned enough text yet)", settings.max_characters);
+  for (const auto& line : lines) print("Sample: {}", line);
+}
+
 void EpochReporter::end_training(const TensorDict& gathered) {
-  if (trace_) {  // every rank takes part (the timelines are gathered); rank 0 writes the file
-    const std::string written = trace_->write(pg_);
-    if (!written.empty()) print("{}", written);
-    trace_.reset();
-  }
+  write_trace();
+  print_peak_memory();
   if (launch_.global_rank != 0) return;
   auto model = workload_.make_model(torch::kCPU);
-  {
-    torch::NoGradGuard no_grad;
-    auto params = model->named_parameters(), buffers = model->named_buffers();
-    for (const auto& [name, tensor] : gathered) {
-      torch::Tensor* target = params.find(name) ? params.find(name) : buffers.find(name);
-      DDP_CHECK(target, "the gathered weights hold " + name + ", which the model does not have",
-                "gather the weights of the workload's own model (full_state_dict of its wrapper)");
-      target->copy_(tensor);
-    }
-    DDP_CHECK(gathered.size() == params.size() + buffers.size(),
-              "the gathered weights hold " + std::to_string(gathered.size()) + " tensors, the model " +
-                  std::to_string(params.size() + buffers.size()),
-              "pass the wrapper's full_state_dict() on every rank");
-  }
+  load_state_dict(*model, gathered, "the state_dict gathered on rank 0 (the wrapper's full_state_dict)");
   fmt::print("{} final weights checksum {:.17g} (gathered on rank 0)\n", tag_, weights_checksum(*model));
   if (!options_.export_weights_path.empty()) {
     export_weights(options_.export_weights_path, *model);
     fmt::print("{} Weights exported to {} (Python: torch.load; see python/README.md)\n", tag_,
                options_.export_weights_path);
   }
+  if (workload_.alphabet.empty()) return;
+  try {  // on the run's device: the whole model beside this rank's shards (on the CPU it is there already)
+    model->to(device_);
+    print_sample(*model);
+  } catch (const c10::OutOfMemoryError&) {
+    print("no sample: the whole model does not fit on {} beside this rank's shards", device_name(device_));
+  }
 }
 
 void EpochReporter::end_training(Model& model) {
-  if (trace_) {  // every rank takes part (the timelines are gathered); rank 0 writes the file
-    const std::string written = trace_->write(pg_);
-    if (!written.empty()) print("{}", written);
-    trace_.reset();
-  }
+  write_trace();
+  print_peak_memory();
   const double checksum = weights_checksum(model);
   fmt::print("{} final weights checksum {:.17g}\n", tag_, checksum);
   if (pg_) {
@@ -186,6 +201,7 @@ void EpochReporter::end_training(Model& model) {
     fmt::print("{} Weights exported to {} (Python: torch.load; see python/README.md)\n", tag_,
                options_.export_weights_path);
   }
+  print_sample(model);
 }
 
 }  // namespace ddpw

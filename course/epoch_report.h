@@ -73,7 +73,8 @@ class EpochReporter {
   }
 
   // Prints "<tag> Epoch N | Batchsize: B | Steps: S" and starts timing. `first_step`: where a
-  // resumed epoch continues.
+  // resumed epoch continues. With --steps N it first limits `loader` to N steps per epoch
+  // (Loader::limit_steps), so the program's loop over loader.steps() ends there.
   EpochLog begin_epoch(int64_t epoch, ddp::Loader& loader, int64_t first_step);
 
   // Sums the loss over the ranks, takes the slowest rank's epoch and data-loading time,
@@ -81,14 +82,17 @@ class EpochReporter {
   void end_epoch(EpochLog& log, Model& model);
 
   // With --trace, first every rank's timeline goes into one file (rank 0 writes it). Every rank
-  // prints a checksum of its final weights (equal on all ranks when DDP kept them in sync) and the
-  // ranks compare theirs with rank 0's: a mismatch is an error. Then, with --export-weights, rank
-  // 0 writes the model's state_dict for Python (weights_io.h).
+  // prints its peak memory (peak_memory.h) and a checksum of its final weights (equal on all ranks
+  // when DDP kept them in sync), and the ranks compare theirs with rank 0's: a mismatch is an error.
+  // Then, with --export-weights, rank 0 writes the model's state_dict for Python (weights_io.h).
+  // Last, for the GPT, rank 0 prints a few lines it writes ("Sample: ...", gpt_sample.h;
+  // --sample-temperature), alone: a model that holds no weights (ShardedView) is not sampled.
   void end_training(Model& model);
   // The same for a model no rank holds whole (FSDP): `gathered` is its full state_dict on rank 0
-  // (empty on the others, as FullyShardedDataParallel::full_state_dict gives it). Rank 0 loads it
-  // into a fresh copy of the workload's model, prints its checksum and exports it; there are no
-  // replicas to compare.
+  // (empty on the others, as FullyShardedDataParallel::full_state_dict gives it). Every rank prints
+  // its peak memory; rank 0 loads the weights into a fresh copy of the workload's model
+  // (ddp::load_state_dict), prints its checksum, exports it and samples it on its device; there are
+  // no replicas to compare.
   void end_training(const ddp::TensorDict& gathered);
 
  private:
@@ -101,6 +105,10 @@ class EpochReporter {
   std::string tag_;
   std::unique_ptr<MetricsWriter> metrics_;  // rank 0 with --metrics only, opened at the first row
   std::unique_ptr<StepTrace> trace_;        // --trace only
+
+  void write_trace();       // --trace: every rank's timeline into one file (all ranks take part)
+  void print_peak_memory() const;
+  void print_sample(Model& model) const;  // rank 0, the GPT only
 };
 
 }  // namespace ddpw

@@ -316,6 +316,14 @@ Options parse_options(int argc, char** argv, const std::string& description, uns
                        "opens it; scripts/plot draws it)");
     app.add_option("--trace-steps", o.trace_steps, "Steps that --trace records")
         ->check(whole("--trace-steps", 1, 100000));
+    app.add_option("--steps", o.steps,
+                   "At most N steps per epoch (0: the whole epoch): short runs, e.g. to read the peak memory "
+                   "that every rank prints at the end")
+        ->check(whole("--steps", 0, 1 << 30));
+    app.add_option("--sample-temperature", o.sample_temperature,
+                   "The GPT's sample at the end of training (rank 0 prints a few lines): 0 picks the likeliest "
+                   "character (greedy, the same every time); above 0 draws from softmax(logits / T) with --seed")
+        ->check(real("--sample-temperature", 0, 100));
     precision = app.add_option("--precision", o.precision,
                                "fp32, or mixed precision: bf16 (autocast) or fp16 (autocast and loss scaling, "
                                "PyTorch's GradScaler); parameters and optimizer state stay float32")

@@ -47,6 +47,8 @@ struct Options {
   std::string export_weights_path;            // rank 0 writes the final state_dict here for Python's torch.load
   std::string trace_path;                     // --trace: the ranks' timeline of a few steps, Chrome trace JSON
   int trace_steps = 20;                       // --trace-steps: how many steps it records (after kTraceWarmupSteps)
+  int steps = 0;                              // --steps: at most this many steps per epoch (0: all; short runs)
+  double sample_temperature = 0;              // --sample-temperature: the GPT's sample at the end, 0: greedy
   // Mixed precision (workload.h): fp32, or bf16/fp16 autocast around the forward and the loss with the
   // parameters and the optimizer state in float32; fp16 also scales the loss (PyTorch's GradScaler).
   // parse_options takes ds_config.json's bf16/fp16 when --precision is not given.

@@ -111,6 +111,7 @@ void print_settings(const Options& o, const LaunchEnv& launch, const torch::Devi
     return std::find_if(rows.begin(), rows.end(), [&](const Row& r) { return r[0] == key; });
   };
   if (!o.strategy.empty()) rows.insert(at("dataset"), Row{"strategy", o.strategy});
+  if (o.steps > 0) rows.insert(at("batch size per rank"), Row{"steps per epoch", "at most " + std::to_string(o.steps)});
   if (o.dataset == "fortunes") rows.insert(at("data folder"), Row{"model", "gpt, --gpt-size " + o.gpt_size});
   // Mixed precision: rows only when used (an fp32 run prints what it printed before).
   if (o.precision != "fp32") rows.insert(at("seed"), Row{"precision", describe_precision(o)});

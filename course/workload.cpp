@@ -112,6 +112,7 @@ Workload gpt(const Options& o) {
   Workload w;
   w.name = o.dataset;
   const Text text = load_text(data_folder(o));
+  w.alphabet = text.alphabet;
   const GptConfig config = gpt_config(o.gpt_size, static_cast<int64_t>(text.alphabet.size()));
   const auto length = static_cast<int64_t>(text.ids.size()), split = length * 9 / 10;
   w.train = char_windows(text, 0, split, kGptTrainWindows, config.context, o.seed);

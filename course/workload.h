@@ -37,6 +37,7 @@ struct Workload {
   std::function<torch::Tensor(const torch::Tensor& output, const torch::Tensor& target)> loss;
   std::function<double(int64_t epoch)> learning_rate;  // the schedule (StepLR for the CNN)
   std::string precision = "fp32";                      // --precision: fp32 | bf16 | fp16
+  std::string alphabet;  // a text (--model gpt): id -> character, the GPT's vocabulary; else empty
 };
 
 // What --precision gives any model and loss (make_workload uses it; the benchmark's workloads too):

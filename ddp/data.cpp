@@ -1,5 +1,6 @@
 #include "ddp/data.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "ddp/error.h"
@@ -94,7 +95,16 @@ const torch::Tensor& Loader::order() const {
   return order_on_device_;
 }
 
-int64_t Loader::steps() const { return (sampler_.num_samples() + batch_size_ - 1) / batch_size_; }
+int64_t Loader::steps() const {
+  const int64_t all = (sampler_.num_samples() + batch_size_ - 1) / batch_size_;
+  return step_limit_ > 0 ? std::min(all, step_limit_) : all;
+}
+
+void Loader::limit_steps(int64_t steps) {
+  DDP_CHECK(steps >= 0, "Loader::limit_steps: " + std::to_string(steps) + " steps per epoch",
+            "pass a positive number of steps per epoch, or 0 for all of them");
+  step_limit_ = steps;
+}
 
 Batch Loader::batch(int64_t step) const {
   const auto begin = std::chrono::steady_clock::now();

@@ -70,6 +70,9 @@ class Loader {
   int64_t steps() const;            // batches per epoch on this rank (the last may be short)
   Batch batch(int64_t step) const;  // on the device
   int64_t batch_size() const { return batch_size_; }
+  // At most `steps` batches per epoch from now on (0: all of them): short runs, as PyTorch
+  // Lightning's limit_train_batches. The epoch then ends early; the sampler's order is unchanged.
+  void limit_steps(int64_t steps);
   // Seconds spent in batch() (gather, convert, copy to the device) since the last call; restarts
   // the count. The epoch report shows it, so a data-bound run is visible. (On a GPU: the time to
   // issue the kernels, which run asynchronously.)
@@ -81,6 +84,7 @@ class Loader {
   const Dataset& data_;  // on the device
   const DistributedSampler& sampler_;
   int64_t batch_size_;
+  int64_t step_limit_ = 0;  // limit_steps; 0: none
   torch::Device device_;
   mutable torch::Tensor order_on_device_;  // a GPU's copy of the sampler's indices...
   mutable int64_t order_epoch_ = -1;       // ...for this epoch

@@ -14,7 +14,8 @@
 //   * bf16_compress: each bucket is sent as bfloat16 and summed in bfloat16 (PyTorch's
 //     bf16_compress_hook, comm_hooks.h): half the bytes on the wire, gradients rounded to bfloat16.
 //   * no_sync() skips the allreduce for gradient accumulation; the next synced backward averages
-//     the accumulated gradients.
+//     the accumulated gradients. set_requires_gradient_sync(false) does the same until it is set
+//     to true again (FSDP2's name; no_sync.h).
 //   * A parameter without a gradient is an error naming it. With find_unused_parameters it counts
 //     as zero on this rank (its accumulated .grad, if any, still counts); a parameter that no
 //     rank has a gradient for keeps .grad undefined, so the optimizer leaves it alone (PyTorch).
@@ -36,11 +37,12 @@
 #include <utility>
 #include <vector>
 
-#include "ddp/detail/bucket_schedule.h"  // defines: BucketSchedule, NoSync
+#include "ddp/detail/bucket_schedule.h"  // defines: BucketSchedule
 #include "ddp/detail/engine_core.h"      // defines: EngineCore, BucketStrategy
 #include "ddp/detail/forward_sync.h"
 #include "ddp/joinable.h"       // defines: Joinable, JoinHook (what ddp::Join uses)
 #include "ddp/module_holder.h"  // defines: ModuleImpl, HolderOf (a holder or an ...Impl)
+#include "ddp/no_sync.h"        // defines: NoSync (no_sync()'s guard)
 #include "ddp/process_group.h"
 
 namespace ddp {
@@ -132,7 +134,7 @@ class DistributedDataParallel : public Joinable {
   auto forward(Args&&... args) -> decltype(std::declval<Impl&>().forward(std::forward<Args>(args)...)) {
     forward_->before_forward();
     decltype(auto) out = module_->forward(std::forward<Args>(args)...);
-    forward_->after_forward(reducer_->schedule().sync_enabled());
+    forward_->after_forward(reducer_->schedule().requires_gradient_sync());
     return out;
   }
   template <typename... Args>
@@ -155,8 +157,12 @@ class DistributedDataParallel : public Joinable {
   }
   std::string join_name() const override { return "DistributedDataParallel"; }
 
+  // Gradient accumulation (no_sync.h): backward only accumulates locally while a NoSync lives, or
+  // while requires_gradient_sync() is false.
   using NoSync = ddp::NoSync;
-  [[nodiscard]] NoSync no_sync() { return NoSync(reducer_->schedule()); }  // gradient accumulation: see NoSync
+  [[nodiscard]] NoSync no_sync() { return NoSync(reducer_->schedule()); }
+  void set_requires_gradient_sync(bool on) { reducer_->schedule().set_requires_gradient_sync(on); }
+  bool requires_gradient_sync() const { return reducer_->schedule().requires_gradient_sync(); }
 
  private:
   std::shared_ptr<Impl> module_;
@@ -188,7 +194,10 @@ class TensorDataParallel {
 
   const std::vector<torch::Tensor>& parameters() const { return params_; }  // what the optimizer takes
   size_t bucket_count() const { return reducer_->bucket_count(); }
-  [[nodiscard]] NoSync no_sync() { return NoSync(reducer_->schedule()); }  // gradient accumulation: see NoSync
+  // Gradient accumulation, as DistributedDataParallel's (no_sync.h).
+  [[nodiscard]] NoSync no_sync() { return NoSync(reducer_->schedule()); }
+  void set_requires_gradient_sync(bool on) { reducer_->schedule().set_requires_gradient_sync(on); }
+  bool requires_gradient_sync() const { return reducer_->schedule().requires_gradient_sync(); }
 
  private:
   std::vector<torch::Tensor> params_;

@@ -282,7 +282,9 @@ void FullyShardedEngine::abandon_root_forward() noexcept {
 
 void FullyShardedEngine::explain_forward_failure(const c10::Error& error) const {
   const std::string what = error.what_without_backtrace();
-  if (what.find("data is not allocated") == std::string::npos) return;  // LibTorch's words for a freed storage
+  // LibTorch's words for a parameter whose storage is freed (a view of an ungathered unit's buffer).
+  if (what.find("storage of size 0") == std::string::npos && what.find("data is not allocated") == std::string::npos)
+    return;
   std::string skipped;
   for (size_t u = 1; u < units_.size(); ++u)
     if (std::find(order_.begin(), order_.end(), u) == order_.end())

@@ -31,21 +31,21 @@ void require_even_batches(ProcessGroup& pg, int64_t batches, const std::string& 
                 "give every rank the same number of batches (a DistributedSampler pads the shards to equal "
                 "size; or stop every rank after " +
                     std::to_string(fewest) +
-                    " batches), or train with DistributedDataParallel inside ddp::Join, which lets ranks "
-                    "finish at different steps");
+                    " batches), or train with an engine that can join (DistributedDataParallel) inside "
+                    "ddp::Join, which lets ranks finish at different steps");
 }
 
-Join::Join(Joinable& engine) : hook_(engine.join_hook()), pg_(&engine.join_process_group()) {
-  DDP_CHECK(hook_, engine.join_name() + " cannot train on uneven inputs, so it cannot join",
+Join::Join(Joinable& engine) : hook_(engine.join_hook()), pg_(&engine.join_process_group()), name_(engine.join_name()) {
+  DDP_CHECK(hook_, name_ + " cannot train on uneven inputs, so it cannot join",
             "construct ddp::Join(model, this rank's number of batches): it checks that every rank has as many");
   flag_ = torch::zeros({3 + pg_->size()}, torch::TensorOptions().dtype(torch::kInt64).device(pg_->device()));
   hook_->set_notifications([this] { notify(); }, [this] { return agree_on_buffer_source(); });
 }
 
-Join::Join(Joinable& engine, int64_t batches) : pg_(&engine.join_process_group()) {
+Join::Join(Joinable& engine, int64_t batches) : pg_(&engine.join_process_group()), name_(engine.join_name()) {
   hook_ = engine.join_hook();
   if (!hook_) {
-    require_even_batches(*pg_, batches, engine.join_name());
+    require_even_batches(*pg_, batches, name_);
     return;
   }
   flag_ = torch::zeros({3 + pg_->size()}, torch::TensorOptions().dtype(torch::kInt64).device(pg_->device()));
@@ -84,8 +84,8 @@ std::vector<int64_t> Join::exchange_flag(bool training, bool buffers, const std:
   std::vector<int64_t> sums(f, f + host.numel());
   // Every rank answered, and the ranks still training all sent the same kind of flag.
   DDP_CHECK(sums[1] == pg_->size() && (sums[2] == 0 || sums[2] == sums[0]),
-            "Join: rank " + std::to_string(pg_->rank()) +
-                " met a collective other than DistributedDataParallel's: the ranks are out of step",
+            "Join: rank " + std::to_string(pg_->rank()) + " met a collective other than " + name_ +
+                "'s: the ranks are out of step",
             "inside a Join make no collective of your own (a loss allreduce, a barrier, the stop "
             "agreement): move it after Join::finish()");
   return sums;

@@ -23,7 +23,7 @@
 //     (the last rank still training: PyTorch's authoritative rank, _find_common_rank) sends its
 //     buffers, and the ranks that joined, seeing the mark, take part in that broadcast too. So
 //     inside a Join the buffers come from that rank, not rank 0 (rank 0 may have joined long ago).
-//   * Inside the Join the only collectives may be DDP's: a joined rank answers every collective as
+//   * Inside the Join the only collectives may be the engine's: a joined rank answers every collective as
 //     if it were the flag's. Anything else (a loss allreduce per step, the stop agreement) goes
 //     after finish(). A flag allreduce paired with another collective is detected (each rank also
 //     adds 1 to a second slot) and is an error saying the ranks are out of step.
@@ -79,6 +79,7 @@ class Join {
 
   std::unique_ptr<JoinHook> hook_;  // null: an engine that cannot join, with even counts
   ProcessGroup* pg_ = nullptr;
+  std::string name_;    // the engine's join_name(), in messages
   torch::Tensor flag_;  // [has a batch, 1, buffer broadcast, rank r has a batch...], on the group's device
   bool finished_ = false;
 };

@@ -14,7 +14,8 @@
 //     gradients of its own slice and keeps only those (1/N of the gradients). .grad is released as
 //     soon as it is in a bucket, so after backward the parameters have no .grad.
 //   * no_sync() skips communication for gradient accumulation: .grad accumulates locally (full size,
-//     also under stage 2) and the next synchronized backward reduces the sum. Two synchronized
+//     also under stage 2) and the next synchronized backward reduces the sum (or
+//     set_requires_gradient_sync(false) until it is set to true again: no_sync.h). Two synchronized
 //     backward passes without zero_grad() in between add up, as in DDP.
 //   * A parameter without a gradient is an error naming it; an exception inside backward abandons
 //     that pass as in DistributedDataParallel (an error if part of it had been sent).
@@ -28,11 +29,12 @@
 #include <string>
 #include <vector>
 
-#include "ddp/detail/bucket_schedule.h"  // defines: BucketSchedule, NoSync
+#include "ddp/detail/bucket_schedule.h"  // defines: BucketSchedule
 #include "ddp/detail/engine_core.h"      // defines: EngineCore, BucketStrategy
 #include "ddp/detail/sharded_collectives.h"
 #include "ddp/joinable.h"       // defines: Joinable (what ddp::Join uses)
 #include "ddp/module_holder.h"  // defines: ModuleImpl, HolderOf (a holder or an ...Impl)
+#include "ddp/no_sync.h"        // defines: NoSync (no_sync()'s guard)
 #include "ddp/process_group.h"
 #include "ddp/sharded_state.h"  // defines: ShardedState (what ShardedAdamW and the sharded snapshots use)
 
@@ -163,9 +165,12 @@ class ZeroDataParallel : public Joinable {
   std::unique_ptr<JoinHook> join_hook() override { return nullptr; }
   std::string join_name() const override { return "ZeroDataParallel (ZeRO stage " + std::to_string(stage()) + ")"; }
 
-  // While a NoSync lives, backward() only accumulates locally (no communication).
+  // Gradient accumulation (no_sync.h): backward only accumulates locally (no communication) while a
+  // NoSync lives, or while requires_gradient_sync() is false.
   using NoSync = ddp::NoSync;
   [[nodiscard]] NoSync no_sync() { return NoSync(reducer_->schedule()); }
+  void set_requires_gradient_sync(bool on) { reducer_->schedule().set_requires_gradient_sync(on); }
+  bool requires_gradient_sync() const { return reducer_->schedule().requires_gradient_sync(); }
 
  private:
   std::shared_ptr<Impl> module_;

@@ -19,11 +19,11 @@
 #include <string>
 #include <vector>
 
-#include "ddp/detail/torch_pickle.h"
 #include "ddp/distributed_data_parallel.h"
 #include "ddp/error.h"
 #include "ddp/process_group.h"
 #include "ddp/sync_batch_norm.h"
+#include "ddp/torch_pickle.h"
 #include "ddp/weights_io.h"
 
 namespace bn_scenarios {

@@ -14,12 +14,12 @@
 #include <vector>
 
 #include "ddp/autocast.h"
-#include "ddp/detail/torch_pickle.h"
 #include "ddp/error.h"
 #include "ddp/files.h"
 #include "ddp/grad_scaler.h"
 #include "ddp/multi_tensor_adam.h"
 #include "ddp/sgd.h"
+#include "ddp/torch_pickle.h"
 
 namespace {
 

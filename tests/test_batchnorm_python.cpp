@@ -21,9 +21,9 @@
 #include <vector>
 
 #include "batchnorm_scenarios.h"
-#include "ddp/detail/torch_pickle.h"
 #include "ddp/distributed_data_parallel.h"
 #include "ddp/spawn.h"
+#include "ddp/torch_pickle.h"
 #include "ddp/weights_io.h"
 #include "multiprocess.h"
 

@@ -87,11 +87,11 @@ TEST(BucketSchedule, NoSyncTakesNoStepThenTheNextPassSyncs) {
   Engine e({{2}, {1}, {0}});
   {
     ddp::NoSync quiet(*e.schedule);
-    EXPECT_FALSE(e.schedule->sync_enabled());
+    EXPECT_FALSE(e.schedule->requires_gradient_sync());
     e.loss().backward();
     EXPECT_TRUE(e.take().empty());
   }
-  EXPECT_TRUE(e.schedule->sync_enabled());
+  EXPECT_TRUE(e.schedule->requires_gradient_sync());
   e.loss().backward();
   EXPECT_EQ(e.take(), (Log{"start", "put c in 0.0", "launch 0", "put b in 1.0", "launch 1", "put a in 2.0", "launch 2",
                            "finish"}));

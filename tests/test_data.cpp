@@ -12,6 +12,7 @@
 #include "course/models.h"
 #include "course/workload.h"
 #include "ddp/data.h"
+#include "ddp/error.h"
 
 namespace data_test {
 
@@ -141,6 +142,22 @@ TEST(Loader, BatchesHaveTheRightShapesAndFollowTheSampler) {
   // Step k holds the sampler's samples k*B .. k*B+B-1, so a resumed run picks up exactly there.
   const auto expected = d.inputs.index_select(0, sampler.indices().narrow(0, 300, 100));
   EXPECT_TRUE(torch::equal(loader.batch(3).input, expected));
+}
+
+// --steps: an epoch of at most N steps; the batches are the same ones (a short run is a prefix).
+TEST(Loader, LimitStepsEndsTheEpochEarlyWithTheSameBatches) {
+  const auto d = ddp::make_synthetic_dataset(2048, 20, 0);
+  ddp::DistributedSampler sampler(d.size(), /*num_replicas=*/2, /*rank=*/1, /*seed=*/0);
+  ddp::Loader loader(d, sampler, /*batch_size=*/100, torch::Device(torch::kCPU));
+  const auto third = loader.batch(2).input;
+  loader.limit_steps(3);
+  EXPECT_EQ(loader.steps(), 3);
+  EXPECT_TRUE(torch::equal(loader.batch(2).input, third));
+  loader.limit_steps(50);  // more than the epoch has: the whole epoch
+  EXPECT_EQ(loader.steps(), 11);
+  loader.limit_steps(0);
+  EXPECT_EQ(loader.steps(), 11);
+  EXPECT_THROW(loader.limit_steps(-1), ddp::Error);
 }
 
 TEST(Loader, ImageBatchesAreConvertedToNormalisedFloats) {

@@ -1,7 +1,8 @@
 // The GPT workload (--model gpt): the model's shape (tied head, causal attention), the text's
-// windows (targets shifted by one, the train/validation split), the refusals of a missing text, and
-// DDP on 2 ranks equal to one process training on the whole batch, its loss falling. The text is
-// the project's README.md, so the test needs no package.
+// windows (targets shifted by one, the train/validation split), the refusals of a missing text,
+// DDP on 2 ranks equal to one process training on the whole batch, its loss falling, and the lines
+// it writes at the end of training (gpt_sample.h). The text is the project's README.md, so the test
+// needs no package.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -12,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "course/gpt_sample.h"
 #include "course/models.h"
 #include "course/options.h"
 #include "course/text.h"
@@ -119,6 +121,44 @@ int ddp_equals_one_process(int rank, std::shared_ptr<ddp::ProcessGroup> pg) {
   std::printf("[rank %d] loss %.4f -> %.4f after %ld steps; largest difference from one process %.3g\n", rank, first,
               last, static_cast<long>(steps), worst);
   return worst < 1e-4 && last < first - 0.3 ? 0 : 1;
+}
+
+// The sample: greedy is the same every time (an untrained GPT's may be all blanks: then no line);
+// with a temperature the same seed gives the same lines, non-empty, and the run's own random
+// numbers are untouched; every character is the vocabulary's (or a space for a control character,
+// '?' for a byte that is no whole UTF-8 character);
+// at most 3 lines of at most 72; the model's training mode is restored; a wrong alphabet is refused.
+TEST(Gpt, SampleLinesAreFromTheVocabularyGreedyIsDeterministic) {
+  const ddpw::Workload w = ddpw::make_workload(gpt_options());
+  ASSERT_FALSE(w.alphabet.empty());
+  auto model = std::dynamic_pointer_cast<ddpw::Gpt>(w.make_model(torch::kCPU));
+  ASSERT_TRUE(model);
+  model->train();
+  auto check = [&](const std::vector<std::string>& lines) {
+    EXPECT_LE(lines.size(), 3u);
+    for (const auto& line : lines) {
+      EXPECT_FALSE(line.empty());
+      EXPECT_LE(line.size(), 72u);
+      EXPECT_NE(line.front(), ' ');
+      for (const char c : line) EXPECT_TRUE(c == ' ' || c == '?' || w.alphabet.find(c) != std::string::npos) << line;
+    }
+  };
+  const auto greedy = ddpw::sample_gpt(*model, w.alphabet, {});
+  EXPECT_EQ(ddpw::sample_gpt(*model, w.alphabet, {}), greedy);
+  EXPECT_TRUE(model->is_training());
+  check(greedy);
+  ddpw::SampleSettings warm;
+  warm.temperature = 1.0;
+  warm.seed = 7;
+  torch::manual_seed(11);
+  const auto drawn = ddpw::sample_gpt(*model, w.alphabet, warm);
+  const auto after = torch::rand({4});
+  torch::manual_seed(11);
+  EXPECT_TRUE(torch::equal(torch::rand({4}), after)) << "sampling drew from the run's generator";
+  EXPECT_EQ(ddpw::sample_gpt(*model, w.alphabet, warm), drawn);
+  EXPECT_FALSE(drawn.empty()) << "an untrained GPT's draws at temperature 1 are all blank";
+  check(drawn);
+  EXPECT_THROW(ddpw::sample_gpt(*model, w.alphabet.substr(1), {}), ddp::Error);
 }
 
 TEST(Gpt, TwoRanksEqualOneProcessAndTheLossFalls) {

@@ -150,3 +150,80 @@ int train_through_every_holder(int rank, std::shared_ptr<ddp::ProcessGroup> pg) 
 TEST(ModuleHolders, EveryWrapperTakesAHolderOrASharedPtrAndTrains) {
   EXPECT_EQ(ddp_test::run_ranks(2, train_through_every_holder), 0);
 }
+
+// set_requires_gradient_sync (no_sync.h), FSDP2's name for what no_sync() does, on DDP and ZeRO:
+// while it is false a backward leaves each rank's own gradient in .grad (the ranks' differ: nothing
+// was reduced); set back to true, the next backward averages what accumulated (own + own: the
+// ranks' sum). A NoSync inside restores false, not true.
+namespace {
+
+// Each rank's own gradient of holder_loss on `batch`, through the plain module (autograd::grad
+// leaves .grad and the wrapper alone).
+std::vector<torch::Tensor> own_gradients(torch::nn::Module& module, const torch::Tensor& out) {
+  const std::vector<torch::Tensor> loss{holder_loss(out)};
+  return torch::autograd::grad(loss, module.parameters());
+}
+
+template <typename Wrapper>
+bool pauses_and_resumes(Wrapper& model, ddp::ProcessGroup& pg, int rank, const char* what) {
+  bool ok = true;
+  auto fail = [&](const std::string& why) {
+    std::fprintf(stderr, "rank %d: %s: %s\n", rank, what, why.c_str());
+    ok = false;
+  };
+  const auto params = model->parameters();
+  std::vector<torch::Tensor> sum;  // g_0 + g_1, each rank's own gradient on its own batch
+  std::vector<torch::Tensor> own;
+  for (int r = 0; r < 2; ++r) {
+    const auto g = own_gradients(*model.module(), model->forward(holder_batch(r)));
+    for (size_t i = 0; i < g.size(); ++i) {
+      if (r == 0)
+        sum.push_back(g[i].clone());
+      else
+        sum[i] += g[i];
+    }
+    if (r == rank) own = g;
+  }
+  model.set_requires_gradient_sync(false);
+  {
+    auto quiet = model.no_sync();  // nested: restores false
+  }
+  if (model.requires_gradient_sync()) fail("a NoSync inside set_requires_gradient_sync(false) turned sync back on");
+  holder_loss(model(holder_batch(rank))).backward();
+  for (size_t i = 0; i < params.size(); ++i)
+    if (!params[i].grad().defined() || !torch::allclose(params[i].grad(), own[i], 1e-6, 1e-7))
+      fail("with sync off, parameter " + std::to_string(i) + "'s .grad is not this rank's own gradient");
+  if (holder_same_on_every_rank(pg, holder_checksum({params[0].grad()})))
+    fail("with sync off, the ranks' gradients are equal: they were reduced");
+  model.set_requires_gradient_sync(true);
+  if (!model.requires_gradient_sync()) fail("set_requires_gradient_sync(true) did not turn sync on");
+  holder_loss(model(holder_batch(rank))).backward();
+  for (size_t i = 0; i < params.size(); ++i)
+    if (!params[i].grad().defined() || !torch::allclose(params[i].grad(), sum[i], 1e-5, 1e-6))
+      fail("after sync is on again, parameter " + std::to_string(i) +
+           "'s .grad is not the average of both passes over the ranks");
+  return ok;
+}
+
+}  // namespace
+
+TEST(ModuleHolders, DdpSetRequiresGradientSyncPausesTheAllreduce) {
+  EXPECT_EQ(ddp_test::run_ranks(2,
+                                [](int rank, std::shared_ptr<ddp::ProcessGroup> pg) {
+                                  torch::manual_seed(rank);
+                                  ddp::DistributedDataParallel<HolderNet> model(HolderNet(), pg);
+                                  return pauses_and_resumes(model, *pg, rank, "DistributedDataParallel") ? 0 : 1;
+                                }),
+            0);
+}
+
+// Stage 1: after a synced backward .grad views the averaged buckets, so the values compare as DDP's.
+TEST(ModuleHolders, ZeroSetRequiresGradientSyncPausesTheReduction) {
+  EXPECT_EQ(ddp_test::run_ranks(2,
+                                [](int rank, std::shared_ptr<ddp::ProcessGroup> pg) {
+                                  torch::manual_seed(rank);
+                                  ddp::ZeroDataParallel<HolderNet> model(HolderNet(), pg, {.stage = 1});
+                                  return pauses_and_resumes(model, *pg, rank, "ZeroDataParallel (stage 1)") ? 0 : 1;
+                                }),
+            0);
+}

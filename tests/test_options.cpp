@@ -141,6 +141,20 @@ TEST_F(OptionsTest, FsdpOptionsAndAccumulation) {
   EXPECT_EXIT(parse({"5", "1", "--accumulate", "2"}), ExitedWithCode(2), "are FSDP's: run step6_fully_sharded");
 }
 
+// --steps (short runs) and --sample-temperature (the GPT's sample) are training options: every step has them.
+TEST_F(OptionsTest, StepsPerEpochAndTheSamplesTemperature) {
+  const auto defaults = parse({"5", "1"});
+  EXPECT_EQ(defaults.steps, 0);
+  EXPECT_EQ(defaults.sample_temperature, 0.0);
+  const auto o = parse({"5", "1", "--steps", "2", "--sample-temperature", "0.8"});
+  EXPECT_EQ(o.steps, 2);
+  EXPECT_EQ(o.sample_temperature, 0.8);
+  EXPECT_EXIT(parse({"5", "1", "--steps", "-1"}), ExitedWithCode(2),
+              "--steps: -1 is out of range \\(fix: give --steps a whole number from 0 to");
+  EXPECT_EXIT(parse({"5", "1", "--sample-temperature", "-0.5"}), ExitedWithCode(2),
+              "--sample-temperature: -0.5 is out");
+}
+
 TEST_F(OptionsTest, AnExplicitBatchSizeWins) {
   EXPECT_EQ(parse({"5", "1", "--dataset", "mnist", "--batch-size", "32"}).batch_size, 32);
   EXPECT_EQ(parse({"5", "1", "--batch-size", "64", "--dataset", "fashion-mnist"}).batch_size, 64);

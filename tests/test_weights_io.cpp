@@ -1,4 +1,4 @@
-// The weights bridge to Python (ddp/weights_io.h, ddp/detail/torch_pickle.h): export and import round
+// The weights bridge to Python (ddp/weights_io.h, ddp/torch_pickle.h): export and import round
 // trip; files that Python's torch.save really wrote (tests/data) load, OrderedDict and all; every
 // bad file is refused with a message that names the problem, and leaves the model as it was.
 // (tests/integration/python_bridge_*.sh run the real Python on both sides.)
@@ -14,9 +14,9 @@
 #include <sstream>
 
 #include "course/models.h"
-#include "ddp/detail/torch_pickle.h"
 #include "ddp/error.h"
 #include "ddp/files.h"
+#include "ddp/torch_pickle.h"
 #include "ddp/weights_io.h"
 
 // The tests too: a TEST_F outside would derive from a class of this file only (-Wsubobject-linkage).
@@ -106,6 +106,30 @@ TEST_F(WeightsIo, ExportThenImportGivesTheSameWeights) {
   ASSERT_EQ(::stat(path("w.pt").c_str(), &info), 0);
   EXPECT_EQ(info.st_mode & 0777, 0600u) << "readable by the user only, as the snapshots";
   EXPECT_FALSE(ddp::path_exists(path("w.pt.tmp." + std::to_string(::getpid())))) << "temp file left behind";
+}
+
+// load_state_dict: a TensorDict (FSDP's gathered full_state_dict, ddp::state_dict of a twin) into a
+// fresh model; one that does not fit names the tensors and loads nothing.
+TEST_F(WeightsIo, LoadStateDictTakesADictAndRefusesOneThatDoesNotFit) {
+  auto trained = seeded_cnn(1), fresh = seeded_cnn(2);
+  ddp::load_state_dict(*fresh, ddp::state_dict(*trained));
+  EXPECT_TRUE(same(*fresh, copy_of(*trained)));
+
+  auto other = seeded_cnn(3);
+  const auto before = copy_of(*other);
+  ddp::TensorDict wrong = ddp::state_dict(*trained);
+  wrong.front().second = torch::zeros({2, 2});
+  wrong.pop_back();
+  try {
+    ddp::load_state_dict(*other, wrong, "the gathered state_dict");
+    ADD_FAILURE() << "a dict that does not fit was loaded";
+  } catch (const ddp::WeightsMismatchError& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("the gathered state_dict does not fit"), std::string::npos) << message;
+    EXPECT_NE(message.find("conv1.weight has shape [2, 2] in the dict"), std::string::npos) << message;
+    EXPECT_NE(message.find("missing fc2.bias"), std::string::npos) << message;
+  }
+  EXPECT_TRUE(same(*other, before));
 }
 
 TEST_F(WeightsIo, TensorDictKeepsOrderDtypesShapesAndValues) {

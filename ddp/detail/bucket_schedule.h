@@ -2,7 +2,7 @@
 //          that DistributedDataParallel's GradientReducer and ZeroDataParallel's ZeroReducer share:
 //          when each gradient goes into its bucket and when each bucket is sent. What a bucket is
 //          and how it is sent (an allreduce, a reduce-scatter) stays the engine's: its Steps.
-//          NoSync — no_sync()'s guard.
+//          It is the wrappers' GradientSyncSwitch (no_sync.h: NoSync, set_requires_gradient_sync).
 // What the schedule owns:
 //   * the gradient-ready hook on each parameter and the end-of-backward callback (gradient_hooks.h);
 //   * no_sync(): while sync is off, a backward pass only accumulates .grad locally;
@@ -28,10 +28,11 @@
 #include <vector>
 
 #include "ddp/detail/gradient_hooks.h"  // defines: GradientHooks
+#include "ddp/no_sync.h"                // defines: GradientSyncSwitch, NoSync
 
 namespace ddp {
 
-class BucketSchedule {
+class BucketSchedule : public GradientSyncSwitch {
  public:
   // What the engine does at each point of a synced backward pass (all run inside backward()).
   struct Steps {
@@ -55,12 +56,13 @@ class BucketSchedule {
   // exactly one bucket. `names` name the parameters in errors.
   BucketSchedule(std::vector<torch::Tensor> params, std::vector<std::string> names,
                  const std::vector<std::vector<size_t>>& buckets, Steps steps, Settings settings);
-  ~BucketSchedule();
+  ~BucketSchedule() override;
   BucketSchedule(const BucketSchedule&) = delete;
   BucketSchedule& operator=(const BucketSchedule&) = delete;
 
-  void set_sync(bool enabled) { sync_enabled_ = enabled; }
-  bool sync_enabled() const { return sync_enabled_; }
+  // GradientSyncSwitch: off, a backward pass only accumulates .grad locally (no_sync.h).
+  void set_requires_gradient_sync(bool on) override { sync_enabled_ = on; }
+  bool requires_gradient_sync() const override { return sync_enabled_; }
   bool in_backward() const { return in_backward_; }  // a synced pass runs: its end is still to come
   size_t bucket_count() const { return pending_.size(); }
 
@@ -90,20 +92,6 @@ class BucketSchedule {
   // Set when the engine dropped this pass's end-of-backward callback unrun (an exception).
   std::shared_ptr<std::atomic<bool>> abandoned_ = std::make_shared<std::atomic<bool>>(false);
   std::unique_ptr<GradientHooks> hooks_;  // last: destroyed first, so no hook runs on a half-gone schedule
-};
-
-// While a NoSync lives, backward() only accumulates locally (no communication); the next synced
-// backward reduces what accumulated. Made by no_sync().
-class NoSync {
- public:
-  explicit NoSync(BucketSchedule& s) : s_(s), before_(s.sync_enabled()) { s_.set_sync(false); }
-  ~NoSync() { s_.set_sync(before_); }
-  NoSync(const NoSync&) = delete;
-  NoSync& operator=(const NoSync&) = delete;
-
- private:
-  BucketSchedule& s_;
-  bool before_;
 };
 
 }  // namespace ddp

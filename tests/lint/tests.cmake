@@ -18,3 +18,7 @@ set_tests_properties(lint.include_cycles PROPERTIES LABELS unit TIMEOUT 60 ENVIR
 # cannot show it), after proving it catches a planted one (collective_devices.py).
 add_test(NAME lint.collective_devices COMMAND python3 "${CMAKE_CURRENT_LIST_DIR}/collective_devices.py" "${PROJECT_SOURCE_DIR}")
 set_tests_properties(lint.collective_devices PROPERTIES LABELS unit TIMEOUT 60 ENVIRONMENT "${DDPW_CPU_ONLY_ENV}")
+# The headers the pages name exist, and none of ddp/detail/ is shown as one to include; every ddp:: name
+# they name is declared in a public header (a program written from the pages needs no internal one).
+add_test(NAME lint.page_headers COMMAND python3 "${CMAKE_CURRENT_LIST_DIR}/page_headers.py" "${PROJECT_SOURCE_DIR}")
+set_tests_properties(lint.page_headers PROPERTIES LABELS unit TIMEOUT 60 ENVIRONMENT "${DDPW_CPU_ONLY_ENV}")

@@ -6,7 +6,7 @@
 // (pytorch/pytorch#100741, open), so this file reads the pickle itself, allowing what a state_dict
 // needs and nothing else, as Python's weights_only unpickler does: no object of another class is
 // ever built.
-#include "ddp/detail/torch_pickle.h"
+#include "ddp/torch_pickle.h"
 
 #include <caffe2/serialize/inline_container.h>     // defines: PyTorchStreamReader/Writer (the zip)
 #include <torch/csrc/jit/serialization/pickler.h>  // defines: Pickler, getWriteableTensorData
