@@ -61,6 +61,7 @@
 #include "ddp/detail/torch_pickle.h"
 #include "ddp/module_call.h"    // defines: ddp::call, the units' call site
 #include "ddp/module_holder.h"  // defines: WrappedModule, HolderOf (a holder or an ...Impl)
+#include "ddp/no_sync.h"        // defines: NoSync, GradientSyncSwitch
 #include "ddp/process_group.h"
 #include "ddp/sharded_adamw.h"    // defines: ShardedAdamW, FullyShardedAdamW
 #include "ddp/sharded_snapshot.h"  // defines: save_sharded_snapshot, load_sharded_snapshot
@@ -81,7 +82,7 @@ struct FullyShardedOptions {
 };
 
 // The engine behind FullyShardedDataParallel (no template: compiled once).
-class FullyShardedEngine : public ShardedState {
+class FullyShardedEngine : public ShardedState, public GradientSyncSwitch {
  public:
   FullyShardedEngine(std::shared_ptr<torch::nn::Module> root, std::vector<std::shared_ptr<torch::nn::Module>> units,
                      std::shared_ptr<ProcessGroup> pg, FullyShardedOptions options);
@@ -110,8 +111,8 @@ class FullyShardedEngine : public ShardedState {
   torch::Tensor cast_input(const torch::Tensor& input) const;
 
   // While false, backward accumulates full gradients locally (no_sync).
-  void set_requires_gradient_sync(bool enabled) { sync_ = enabled; }
-  bool requires_gradient_sync() const { return sync_; }
+  void set_requires_gradient_sync(bool enabled) override { sync_ = enabled; }
+  bool requires_gradient_sync() const override { return sync_; }
   // .grad of the shards to none (or zero); accumulated full gradients (no_sync) dropped.
   void zero_grad(bool set_to_none = true) { clear_gradients(set_to_none); }
 
@@ -240,20 +241,9 @@ class FullyShardedDataParallel {
   // Gradient accumulation, as the other wrappers: while off, backward() only accumulates locally (no
   // communication); the next backward with it on reduce-scatters the sum. FSDP2's name.
   void set_requires_gradient_sync(bool on) { engine_->set_requires_gradient_sync(on); }
-  // The same for a scope: while a NoSync lives, gradient sync is off.
-  class NoSync {
-   public:
-    explicit NoSync(FullyShardedEngine& e) : e_(e), before_(e.requires_gradient_sync()) {
-      e_.set_requires_gradient_sync(false);
-    }
-    ~NoSync() { e_.set_requires_gradient_sync(before_); }
-    NoSync(const NoSync&) = delete;
-    NoSync& operator=(const NoSync&) = delete;
-
-   private:
-    FullyShardedEngine& e_;
-    bool before_;
-  };
+  bool requires_gradient_sync() const { return engine_->requires_gradient_sync(); }
+  // The same for a scope: while the guard lives, gradient sync is off (no_sync.h).
+  using NoSync = ddp::NoSync;
   [[nodiscard]] NoSync no_sync() { return NoSync(*engine_); }
 
  private:

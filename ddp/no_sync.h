@@ -4,7 +4,7 @@
 //   backward with sync on reduces what accumulated. Two faces, one switch:
 //     { auto quiet = model.no_sync(); loss.backward(); }  // PyTorch's DDP and FSDP1: a scope
 //     model.set_requires_gradient_sync(false);             // FSDP2's name: until set to true again
-//   DistributedDataParallel, TensorDataParallel and ZeroDataParallel have both.
+//   DistributedDataParallel, TensorDataParallel, ZeroDataParallel and FullyShardedDataParallel have both.
 #pragma once
 
 namespace ddp {
