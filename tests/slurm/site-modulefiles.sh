@@ -5,7 +5,9 @@
 #          therefore missing from the mirror, as at a site that never had it.
 #          site_modulefiles DIR VENV_BIN SITE [CHANGE...] — a module tree for Debian's Lmod that
 #          mirrors those names (sourced by the tests). A CHANGE is a name or a glob (`cuda/*`) to
-#          leave out, as at a site that dropped it, or +NAME to add, as at a site that added it.
+#          leave out, as at a site that dropped it, +NAME to add, as at a site that added it, or
+#          !NAME: there (`module avail` lists it) but it refuses to load, as Delta's
+#          pytorch-conda/2.12 does on its RH9.4 nodes.
 #   A major alone that the table calls "the newest 12.x" (`cuda/12`: Lmod's extended default) is a request
 #     Lmod resolves, not a module: it gets no file of its own. A bare name (`cmake`: the site's default
 #     version) gets one, NAME/mirror, only when the table gives no version of it.
@@ -14,7 +16,8 @@
 #     no nvcc here and only say their version (DDPW_TEST_TOOLKIT). The tree adds one module of its
 #     own, a CUDA 11 default (`cuda/11.7.0`, `cudatoolkit/11.7`), as Puhti's was: a toolkit line
 #     without a version shows.
-#   Pythons and torches (anaconda*, pytorch*, python*): VENV_BIN first on PATH.
+#   Pythons and torches (anaconda*, pytorch*, python*): VENV_BIN first on PATH. Delta's
+#     pytorch-conda/2.12 also loads aws-ofi-nccl/1.19.2 where the table has it, as NCSA's does.
 #   The rest (compilers, CMake, MPI, the NCCL network plugin): nothing but their name in
 #     LOADEDMODULES (and DDPW_TEST_JOB_MODULE for the plugin).
 # No NCCL module is made: an env.sh that loads one fails. `module reset` loads
@@ -36,12 +39,12 @@ site_modulefiles() {
   local dir=${1:?$usage} venv_bin=${2:?$usage} site=${3:?$usage}
   shift 3
   local cuda_home=${DDPW_TEST_CUDA_HOME:-/usr/local/cuda} name version change
-  local -a names=() leave_out=() requests=()
+  local -a names=() leave_out=() requests=() refuse=()
   mapfile -t names < <(site_modules "$site") || return 1
   mapfile -t requests < <(site_modules "$site" requests) || return 1
   [ ${#names[@]} -gt 0 ] || { echo "site_modulefiles: no module names in clusters/$site/SOURCES.md" >&2; return 1; }
   for change in "$@"; do
-    case $change in +*) names+=("${change#+}") ;; *) leave_out+=("$change") ;; esac
+    case $change in +*) names+=("${change#+}") ;; !*) refuse+=("${change#!}") ;; *) leave_out+=("$change") ;; esac
   done
   mkdir -p "$dir"
   _ddpw_mirror_file() {  # _ddpw_mirror_file NAME LUA...: DIR/NAME.lua
@@ -64,6 +67,10 @@ site_modulefiles() {
          name=$name/mirror ;;
     esac
     made+=("$name")
+    case " ${refuse[*]-} " in
+      *" $name "*) _ddpw_mirror_file "$name" "LmodError(\"$name refuses to load on this node (a test's stand-in)\")"
+                   continue ;;
+    esac
     case $name in
       cuda/* | cudatoolkit/*)
         version=${name#*/}
@@ -73,6 +80,12 @@ site_modulefiles() {
             "setenv(\"CUDA_HOME\", \"$cuda_home\")" "setenv(\"DDPW_TEST_TOOLKIT\", \"$version\")"
         else
           _ddpw_mirror_file "$name" 'family("cuda")' "setenv(\"DDPW_TEST_TOOLKIT\", \"$version\")"
+        fi ;;
+      pytorch-conda/2.12)
+        if printf '%s\n' "${names[@]}" | grep -qx 'aws-ofi-nccl/1.19.2'; then
+          _ddpw_mirror_file "$name" "prepend_path(\"PATH\", \"$venv_bin\")" 'load("aws-ofi-nccl/1.19.2")'
+        else
+          _ddpw_mirror_file "$name" "prepend_path(\"PATH\", \"$venv_bin\")"
         fi ;;
       anaconda* | pytorch* | python*) _ddpw_mirror_file "$name" "prepend_path(\"PATH\", \"$venv_bin\")" ;;
       aws-ofi-nccl/*) _ddpw_mirror_file "$name" 'setenv("DDPW_TEST_JOB_MODULE", "aws-ofi-nccl")' ;;
