@@ -54,7 +54,7 @@ declare -A first=([della]="Python|anaconda3/2025.12||anaconda3/2023.9"
                   [roihu]="CUDA toolkit|cuda/12.9.1|+cuda/12.4.0|cuda/12.4.0 (cuda/12)"
                   [supercloud]="MPI|mpi/openmpi-4.1.5||mpi/openmpi-5.0.5")
 declare -A none=([delta]="CUDA toolkit|cudatoolkit/26.5_13.2|cudatoolkit/26.5_13.2|cudatoolkit/11.7 cudatoolkit/25.3_12.8"
-                 [della]="CUDA toolkit|cudatoolkit/12.8 cudatoolkit/12|cudatoolkit/12*|cudatoolkit/11.7"
+                 [della]="CUDA toolkit|cudatoolkit/12.9 cudatoolkit/12.8 cudatoolkit/12|cudatoolkit/12*|cudatoolkit/11.7"
                  [hipergator]="CUDA toolkit|cuda/12.8.1 cuda/12|cuda/12*|cuda/11.7.0"
                  [puhti]="CUDA toolkit|cuda/12.6.0 cuda/12|cuda/12*|cuda/11.7.0"
                  [roihu]="CUDA toolkit|cuda/12.9.1 cuda/12|cuda/12*|cuda/11.7.0 cuda/13.1.1"
