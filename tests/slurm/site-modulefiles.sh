@@ -20,6 +20,8 @@
 #     pytorch-conda/2.12 also loads aws-ofi-nccl/1.19.2 where the table has it, as NCSA's does.
 #   The rest (compilers, CMake, MPI, the NCCL network plugin): nothing but their name in
 #     LOADEDMODULES (and DDPW_TEST_JOB_MODULE for the plugin).
+# DDPW_TEST_MODULE_FORMAT=tcl writes the same tree for Environment Modules (Tcl modulefiles and
+# .modulerc), as at Princeton.
 # No NCCL module is made: an env.sh that loads one fails. `module reset` loads
 # LMOD_SYSTEM_DEFAULT_MODULES (Delta's defaults: its CUDA 12.8 toolkit), which the caller exports.
 site_modules() {
@@ -32,6 +34,19 @@ site_modules() {
   awk -F'|' -v want="${2:-names}" '/^## /{ modules = ($0 ~ /^## Modules/) }
     modules && /^\|/ && NF > 3 && (want != "requests" || $2 ~ /the newest [0-9]+\.x/) { print $3 }' "$file" |
     grep -oE '`[A-Za-z][A-Za-z0-9._+-]*(/[A-Za-z0-9._+-]+)?`' | tr -d '`' | sort -u
+}
+
+# _ddpw_tcl_line LUA: one line of the mirror's Lua as an Environment Modules (Tcl) command.
+_ddpw_tcl_line() {
+  local q='"([^"]*)"'
+  if [[ $1 =~ ^family\($q\)$ ]]; then echo "family ${BASH_REMATCH[1]}"
+  elif [[ $1 =~ ^prepend_path\($q,\ $q\)$ ]]; then echo "prepend-path ${BASH_REMATCH[1]} ${BASH_REMATCH[2]}"
+  elif [[ $1 =~ ^setenv\($q,\ $q\)$ ]]; then echo "setenv ${BASH_REMATCH[1]} ${BASH_REMATCH[2]}"
+  elif [[ $1 =~ ^load\($q\)$ ]]; then echo "module load ${BASH_REMATCH[1]}"
+  elif [[ $1 =~ ^LmodError\($q\)$ ]]; then echo "error {${BASH_REMATCH[1]}}"
+  elif [[ $1 =~ ^--\ (.*)$ ]]; then echo "# ${BASH_REMATCH[1]}"
+  else echo "_ddpw_tcl_line: no Tcl for: $1" >&2; return 1
+  fi
 }
 
 site_modulefiles() {
@@ -47,8 +62,13 @@ site_modulefiles() {
     case $change in +*) names+=("${change#+}") ;; !*) refuse+=("${change#!}") ;; *) leave_out+=("$change") ;; esac
   done
   mkdir -p "$dir"
-  _ddpw_mirror_file() {  # _ddpw_mirror_file NAME LUA...: DIR/NAME.lua
+  _ddpw_mirror_file() {  # _ddpw_mirror_file NAME LUA...: DIR/NAME.lua, or DIR/NAME in Tcl
     mkdir -p "$dir/$(dirname "$1")"
+    if [ "${DDPW_TEST_MODULE_FORMAT:-lua}" = tcl ]; then
+      local path=$dir/$1 line; shift
+      { echo '#%Module'; for line in "$@"; do _ddpw_tcl_line "$line"; done; } > "$path"
+      return
+    fi
     local path=$dir/$1.lua; shift
     printf '%s\n' "$@" > "$path"
   }
@@ -92,7 +112,12 @@ site_modulefiles() {
       *) _ddpw_mirror_file "$name" "-- $name: nothing to set here" ;;
     esac
   done
-  [ ! -f "$dir/cuda/11.7.0.lua" ] || printf 'module_version("cuda/11.7.0", "default")\n' > "$dir/cuda/.modulerc.lua"
-  [ ! -f "$dir/cudatoolkit/11.7.lua" ] || printf 'module_version("cudatoolkit/11.7", "default")\n' > "$dir/cudatoolkit/.modulerc.lua"
+  if [ "${DDPW_TEST_MODULE_FORMAT:-lua}" = tcl ]; then
+    [ ! -f "$dir/cuda/11.7.0" ] || printf '#%%Module\nmodule-version cuda/11.7.0 default\n' > "$dir/cuda/.modulerc"
+    [ ! -f "$dir/cudatoolkit/11.7" ] || printf '#%%Module\nmodule-version cudatoolkit/11.7 default\n' > "$dir/cudatoolkit/.modulerc"
+  else
+    [ ! -f "$dir/cuda/11.7.0.lua" ] || printf 'module_version("cuda/11.7.0", "default")\n' > "$dir/cuda/.modulerc.lua"
+    [ ! -f "$dir/cudatoolkit/11.7.lua" ] || printf 'module_version("cudatoolkit/11.7", "default")\n' > "$dir/cudatoolkit/.modulerc.lua"
+  fi
   unset -f _ddpw_mirror_file
 }
