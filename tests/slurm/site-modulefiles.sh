@@ -6,8 +6,8 @@
 #          site_modulefiles DIR VENV_BIN SITE [CHANGE...] — a module tree for Debian's Lmod that
 #          mirrors those names (sourced by the tests). A CHANGE is a name or a glob (`cuda/*`) to
 #          leave out, as at a site that dropped it, +NAME to add, as at a site that added it, or
-#          !NAME: there (`module avail` lists it) but it refuses to load, as Delta's
-#          pytorch-conda/2.12 does on its RH9.4 nodes.
+#          "!NAME" for a module that is there (`module avail` lists it) but refuses to load, as
+#          Delta's pytorch-conda/2.12 does on its RH9.4 nodes.
 #   A major alone that the table calls "the newest 12.x" (`cuda/12`: Lmod's extended default) is a request
 #     Lmod resolves, not a module: it gets no file of its own. A bare name (`cmake`: the site's default
 #     version) gets one, NAME/mirror, only when the table gives no version of it.
