@@ -137,9 +137,21 @@ install_wheels() {
   [ -x "$uv" ] || uv=$(command -v uv || echo "$uv")   # the venv's, else one on PATH, else pip installs it
   if [ -z "${DDPW_NO_UV:-}" ] && ! own_index &&
      { [ -x "$uv" ] || "$VENV/bin/python3" -m pip install -q uv; }; then
-    UV_CACHE_DIR=${UV_CACHE_DIR:-$DDPW_HOME/uv-cache} \
-      "$uv" pip install -q --python "$VENV/bin/python3" "$@" numpy matplotlib && return
-    say "uv could not install them: pip instead"
+    # Behind a TLS-inspecting proxy the system trusts the proxy's certificate, uv's own roots do
+    # not ("invalid peer certificate: UnknownIssuer"): where the system has a CA store, uv uses it
+    # (UV_SYSTEM_CERTS; uv before 0.11 reads UV_NATIVE_TLS). Its error, if any, goes to a log.
+    local certs=() log=$DDPW_HOME/uv-error.log reason
+    if [ -r /etc/ssl/certs/ca-certificates.crt ] || [ -r /etc/pki/tls/certs/ca-bundle.crt ]; then
+      certs=(UV_SYSTEM_CERTS="${UV_SYSTEM_CERTS:-true}" UV_NATIVE_TLS="${UV_NATIVE_TLS:-true}")
+    fi
+    mkdir -p "$DDPW_HOME"
+    if env ${certs[@]+"${certs[@]}"} UV_CACHE_DIR="${UV_CACHE_DIR:-$DDPW_HOME/uv-cache}" \
+         "$uv" pip install -q --python "$VENV/bin/python3" "$@" numpy matplotlib 2>"$log"; then
+      rm -f "$log"
+      return
+    fi
+    reason=$(grep -E '^ *(error|Caused by|cause):' "$log" | tail -n 1 | sed -E 's/^ *(error|Caused by|cause): *//' | cut -c1-120)
+    say "uv could not install them (${reason:-see $log}): pip instead; uv's whole message: $log"
   fi
   "$VENV/bin/python3" -m pip install -q --upgrade pip
   local index=()
