@@ -85,7 +85,7 @@ for site in "${sites[@]}"; do
   line=$(grep '^BUILD=' "$tmp/$site.build.log")
   build=$(sed -E 's/^BUILD=([^ ]*).*/\1/' <<<"$line") toolkit=$(sed -E 's/.* TOOLKIT=([^ ]*).*/\1/' <<<"$line")
   case $build in cu126) torch_cuda=12.6 ;; cu128) torch_cuda=12.8 ;; cu130) torch_cuda=13.0 ;; *) fail "$site: DDPW_TORCH_CUDA=$build" ;; esac
-  [[ $line != *nccl/* ]] || fail "$site: an NCCL module was loaded: $line"
+  [[ ":${line##*LOADED=}:" != *:nccl/* ]] || fail "$site: an NCCL module was loaded: $line"   # (aws-ofi-nccl: its network plugin)
   [ "$toolkit" != none ] || fail "$site: no CUDA toolkit module was loaded: $line"
   [ "$(major "$toolkit")" != 11 ] || fail "$site: the toolkit is the CUDA 11 default (a line without a version): $line"
   check_stack "$torch_cuda" "$toolkit" || { cat "$tmp/check.log"; fail "$site: the configure's check refuses its default: torch $build, toolkit $toolkit"; }
