@@ -74,7 +74,7 @@ grep -q "^# [0-9]* PASS, 0 FAIL, [0-9]* SKIP, [0-9]* WARN: OK$" <<< "$OUT" || { 
 expect_row "unconfirmed: module reset" PASS "start from Roihu-GPU's defaults.*: .module reset && module list."
 expect_row "unconfirmed: python-pytorch" PASS ".*module is-avail python-pytorch."
 expect_row "unconfirmed: cuda/12" PASS ".*module is-avail cuda/12."
-expect_row "unconfirmed: --mem=0" PASS ".*sbatch --test-only --account=project_0 -p gputest"
+expect_row "unconfirmed: --mem=0" PASS ".*sbatch --test-only --reservation=ws-gh200 --account=project_0 -p gputest"
 expect_row "unconfirmed: sbatch --partition=gpuinteractive" WARN ".*exit 1.* \| it does not hold here: correct clusters/roihu/SOURCES.md"
 expect_row "unconfirmed: cu130" SKIP ".* \| a job or a login: run by hand: srun -A project_0"
 expect_row "unconfirmed: no internet" PASS ".*see the compute node network row"
