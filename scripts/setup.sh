@@ -151,7 +151,7 @@ install_wheels() {
       return
     fi
     reason=$(grep -E '^ *(error|Caused by|cause):' "$log" | tail -n 1 | sed -E 's/^ *(error|Caused by|cause): *//' | cut -c1-120)
-    say "uv could not install them (${reason:-see $log}): pip instead; uv's whole message: $log"
+    say "uv could not install them${reason:+ ($reason)}: pip instead; uv's whole message: $log"
   fi
   "$VENV/bin/python3" -m pip install -q --upgrade pip
   local index=()
