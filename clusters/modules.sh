@@ -16,11 +16,15 @@
 #                                               gives CMake LibTorch, and the jobs torchrun
 #
 # Module versions change every few months: each role names the versions clusters/<site>/SOURCES.md
-# gives a source for, newest documented first, and may end with a major alone (`cuda/12`: Lmod's
-# newest 12.x, its "extended default") or the bare name (the site's default version). The first one
-# `module is-avail` finds is loaded, and env.sh says which ("ddpw: CUDA toolkit: cuda/12.9.1").
-# Where the site has none of them, env.sh stops there (return 1, your shell stays open) and prints
-# what `module spider` offers for that role and how to fix the list.
+# gives a source for, newest documented first, and may end with a major alone (`cuda/12`: the
+# newest 12.x) or the bare name (the site's default version). The first one `module is-avail` finds
+# is loaded, and env.sh says which ("ddpw: CUDA toolkit: cuda/12.9.1").
+# Two module tools: Lmod, and Environment Modules (Tcl; Princeton's). Lmod resolves a major alone
+# itself (its "extended default"), as Environment Modules 5 does by default; where the tool does not
+# (Environment Modules 4, or extended_default off), the newest of that major that `module -t avail`
+# lists is loaded. Where the site has none of them, env.sh stops there (return 1, your shell stays
+# open) and prints what the site offers for that role (Lmod: `module spider`; Environment Modules,
+# which has no spider: `module avail`) and how to fix the list.
 # When you build (source clusters/<site>/env.sh on a login node or in an interactive session) the
 # "build" and "run" lines load; scripts/site-check (DDPW_MODULES=check) loads all three kinds and
 # takes a torch venv not made yet as a note. A batch job (DDPW_MODULES=run, set by
@@ -73,6 +77,17 @@ ddpw_load() {
   ddpw_role "$when" "${name%%/*}" ${3:+"$3"} "$name"
 }
 
+# _ddpw_newest_of_major FAMILY/MAJOR: the newest FAMILY/MAJOR.x that `module -t avail FAMILY` lists
+# (nothing, status 1, for a NAME that is not a major alone or has no such version).
+_ddpw_newest_of_major() {
+  local family=${1%%/*} major=${1#*/}
+  case $1 in */*) ;; *) return 1 ;; esac
+  case $major in '' | *[!0-9]*) return 1 ;; esac
+  local newest
+  newest=$(module -t avail "$family" 2>&1 | grep -oE "^$family/$major\.[^[:space:]():]+" | sort -V | tail -n 1)
+  [ -n "$newest" ] && echo "$newest"
+}
+
 # ddpw_role WHEN ROLE [unconfirmed] NAME...: each NAME argument may hold several names (a list from
 # ddpw_toolkit); the first the site has is loaded.
 ddpw_role() {
@@ -92,18 +107,21 @@ ddpw_role() {
     echo "ddpw: error: there is no \`module\` command in this shell, so the $role module (${names[*]}) cannot be loaded (fix: source /etc/profile, or log in again with a login shell)" >&2
     return 1
   fi
-  local name chosen=""
+  local name chosen="" load=""
   for name in "${names[@]}"; do
-    if module is-avail "$name" >/dev/null 2>&1; then chosen=$name; break; fi
+    if module is-avail "$name" >/dev/null 2>&1; then chosen=$name load=$name; break; fi
+    # A major alone the module tool does not resolve: the newest of it the tool lists.
+    load=$(_ddpw_newest_of_major "$name") && [ -n "$load" ] && { chosen=$name; break; }
+    load=""
   done
   # None available, or a module system without `is-avail`: the first choice, whose failure prints
   # the module system's own message.
-  [ -n "$chosen" ] || chosen=${names[0]}
-  if module load "$chosen"; then
-    # The version loaded (a major alone or a bare name loads the site's choice): Lmod lists it.
-    local loaded=$chosen m
+  [ -n "$chosen" ] || chosen=${names[0]} load=${names[0]}
+  if module load "$load"; then
+    # The version loaded (a major alone or a bare name loads the site's choice): the tool lists it.
+    local loaded=$load m
     for m in ${LOADEDMODULES//:/ }; do
-      case $m in "$chosen"/* | "$chosen".*) loaded=$m ;; esac
+      case $m in "$load"/* | "$load".*) loaded=$m ;; esac
     done
     [ "$loaded" = "$chosen" ] || loaded="$loaded ($chosen)"
     if [ "$chosen" = "${names[0]}" ]; then
@@ -113,20 +131,22 @@ ddpw_role() {
     fi
     return 0
   fi
-  # What the site has for this role: `module spider` of each family the names belong to.
+  # What the site has for this role: `module spider` (Lmod) or `module avail` (Environment Modules,
+  # which has no spider) of each family the names belong to.
   local -a families=()
-  local family offers="" line
+  local family offers="" line lister=spider
+  [ -n "${LMOD_CMD:-}" ] || lister=avail
   for name in "${names[@]}"; do
     family=${name%%/*}
     case " ${families[*]-} " in *" $family "*) ;; *) families+=("$family") ;; esac
   done
   for family in "${families[@]}"; do
-    # Lmod prints one version a line (terse), or, for a single version, a paragraph that names it.
+    # One version a line (terse), or, for Lmod's single version, a paragraph that names it.
     while read -r line; do
       case " $offers " in *" $line "*) ;; *) offers+=" $line" ;; esac
-    done < <(module -t spider "$family" 2>&1 | grep -oE "(^|[[:space:]])$family/[^[:space:],:\"]+" | tr -d ' \t' || true)
+    done < <(module -t "$lister" "$family" 2>&1 | grep -oE "(^|[[:space:]])$family/[^[:space:],:\"()]+" | tr -d ' \t' || true)
   done
-  local tried="${names[*]}" where="module spider ${families[*]}"
+  local tried="${names[*]}" where="module $lister ${families[*]}"
   local fix="$where lists the versions $site has: put the one to use first in the $role line of $file, with its source in ${file%env.sh}SOURCES.md (or point DDPW_SITE_ENV at your own copy)"
   local found="\`$where\` offers:${offers:- nothing}"
   if [ "$confirmed" = no ] && [ "${DDPW_MODULES:-all}" = run ]; then

@@ -161,7 +161,7 @@ LaunchEnv resolve_launch_env(const EnvMap& env, const LaunchOverrides& o) {
   if (o.local_rank) l.local_rank = *o.local_rank;
   if (o.local_world_size) l.local_world_size = *o.local_world_size;
 
-  // Master address: option, MASTER_ADDR (or Delta's MASTER_ADDRESS), then the launcher's default.
+  // Master address: option, MASTER_ADDR (or its alias MASTER_ADDRESS), then the launcher's default.
   std::optional<std::string> addr = o.master_addr;
   if (!addr) addr = get(env, "MASTER_ADDR");
   if (!addr) addr = get(env, "MASTER_ADDRESS");

@@ -93,13 +93,14 @@ fi
 # Debian packages, first what the build and step 0 need: the toolchain, the CLI/JSON libraries and
 # Gloo's headers (c10d's Gloo header includes them and no LibTorch ships them); then the test
 # library, the dataset, the launchers of the course, and the guard rails' linters (the tests
-# lint.format and lint.shellcheck), Lmod (the sites' env.sh under a module system: tests), and ccache
+# lint.format and lint.shellcheck), Lmod and Tcl (the sites' env.sh under both module systems:
+# tests; Environment Modules itself is unpacked below, its Debian package conflicts with lmod), and ccache
 # (scripts/test: the build tests' fresh trees reuse the main build's objects).
 FIRST_PACKAGES=(build-essential cmake ninja-build git python3 python3-venv zlib1g-dev
                 libcli11-dev nlohmann-json3-dev libgloo-dev)
 REST_PACKAGES=(libgtest-dev dataset-fashion-mnist fortunes
                slurm-wlm munge openmpi-bin libopenmpi-dev libpmix-dev iproute2 util-linux procps
-               clang-format shellcheck lmod ccache)
+               clang-format shellcheck lmod tcl8.6 ccache)
 # Only for the tests (scripts/test, which runs this without a phase; not scripts/course's two
 # phases): Clang compiles each installed header alone (build.installed_headers_alone) in a third
 # of GCC's time; without it, that test uses GCC.
@@ -136,9 +137,21 @@ install_wheels() {
   [ -x "$uv" ] || uv=$(command -v uv || echo "$uv")   # the venv's, else one on PATH, else pip installs it
   if [ -z "${DDPW_NO_UV:-}" ] && ! own_index &&
      { [ -x "$uv" ] || "$VENV/bin/python3" -m pip install -q uv; }; then
-    UV_CACHE_DIR=${UV_CACHE_DIR:-$DDPW_HOME/uv-cache} \
-      "$uv" pip install -q --python "$VENV/bin/python3" "$@" numpy matplotlib && return
-    say "uv could not install them: pip instead"
+    # Behind a TLS-inspecting proxy the system trusts the proxy's certificate, uv's own roots do
+    # not ("invalid peer certificate: UnknownIssuer"): where the system has a CA store, uv uses it
+    # (UV_SYSTEM_CERTS; uv before 0.11 reads UV_NATIVE_TLS). Its error, if any, goes to a log.
+    local certs=() log=$DDPW_HOME/uv-error.log reason
+    if [ -r /etc/ssl/certs/ca-certificates.crt ] || [ -r /etc/pki/tls/certs/ca-bundle.crt ]; then
+      certs=(UV_SYSTEM_CERTS="${UV_SYSTEM_CERTS:-true}" UV_NATIVE_TLS="${UV_NATIVE_TLS:-true}")
+    fi
+    mkdir -p "$DDPW_HOME"
+    if env ${certs[@]+"${certs[@]}"} UV_CACHE_DIR="${UV_CACHE_DIR:-$DDPW_HOME/uv-cache}" \
+         "$uv" pip install -q --python "$VENV/bin/python3" "$@" numpy matplotlib 2>"$log"; then
+      rm -f "$log"
+      return
+    fi
+    reason=$(grep -E '^ *(error|Caused by|cause):' "$log" | tail -n 1 | sed -E 's/^ *(error|Caused by|cause): *//' | cut -c1-120)
+    say "uv could not install them${reason:+ ($reason)}: pip instead; uv's whole message: $log"
   fi
   "$VENV/bin/python3" -m pip install -q --upgrade pip
   local index=()
@@ -299,6 +312,23 @@ else
   done
   say "CLI11 and Gloo's headers need no root: the configure fetches CLI11 if it is missing, and"
   say "without Gloo's headers builds for GPUs only (NCCL), as its summary says (docs/building.md)"
+fi
+
+# Environment Modules (Tcl), the module tool of Princeton's clusters, beside Lmod for the tests
+# (tests/build/env_modules_tcl.sh): Debian's package conflicts with lmod (installing it removes
+# lmod), so its files are unpacked into a folder of their own; its modulecmd.tcl runs with tcl8.6.
+ENV_MODULES_DIR=${DDPW_ENV_MODULES_DIR:-/opt/ddp-workshop/environment-modules}
+if [ "$phase" != first ] && [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null &&
+   [ -z "$(find "$ENV_MODULES_DIR" -name modulecmd.tcl -print -quit 2>/dev/null)" ]; then
+  deb_dir=$(mktemp -d)
+  chmod 755 "$deb_dir"   # apt's download user writes there
+  if (cd "$deb_dir" && apt-get download -qq environment-modules >/dev/null 2>&1) &&
+     mkdir -p "$ENV_MODULES_DIR" && dpkg-deb -x "$deb_dir"/environment-modules_*.deb "$ENV_MODULES_DIR"; then
+    say "Environment Modules (Tcl): unpacked into $ENV_MODULES_DIR (for the tests)"
+  else
+    say "Environment Modules (Tcl): not unpacked (apt-get download environment-modules failed); its test will say so"
+  fi
+  rm -rf "$deb_dir"
 fi
 
 [ "$phase" != rest ] || exit 0   # torch came with --first

@@ -15,7 +15,7 @@ export DDPW_TORCH_CUDA=${DDPW_TORCH_CUDA:-cu128}
 ddpw_purge
 ddpw_role run Python anaconda3/2025.12 anaconda3/2023.9 || return 1  # a Python >= 3.10: the venv's interpreter
 ddpw_venv || return 1                                               # torch 2.11 (scripts/setup.sh): LibTorch, torchrun
-DDPW_TOOLKIT=$(ddpw_toolkit "cudatoolkit/12.8 cudatoolkit/12" "cudatoolkit/13") || return 1
+DDPW_TOOLKIT=$(ddpw_toolkit "cudatoolkit/12.9 cudatoolkit/12.8 cudatoolkit/12" "cudatoolkit/13") || return 1
 ddpw_role build "CUDA toolkit" unconfirmed "$DDPW_TOOLKIT" || return 1  # nvcc of the torch build's CUDA major
 ddpw_role build compiler unconfirmed gcc-toolset/12 || return 1     # g++ >= 11 (links its newer libstdc++ parts in)
 ddpw_role build CMake unconfirmed cmake || return 1                 # CMake >= 3.21 (RHEL 9's own is 3.26)

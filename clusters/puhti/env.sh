@@ -12,7 +12,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/../modules.sh" || return 1
 export DDPW_TORCH_CUDA=${DDPW_TORCH_CUDA:-cu126}
 ddpw_purge
 ddpw_role run PyTorch pytorch/2.5 pytorch || return 1        # CSC's examples: torchrun for the step 2 scripts
-ddpw_role run compiler unconfirmed gcc/11.3.0 || return 1     # g++ >= 11; its libstdc++ at run time too
+ddpw_role run compiler gcc/11.3.0 || return 1                 # g++ >= 11; its libstdc++ at run time too
 DDPW_TOOLKIT=$(ddpw_toolkit "cuda/12.6.0 cuda/12" "cuda/13") || return 1
-ddpw_role build "CUDA toolkit" unconfirmed "$DDPW_TOOLKIT" || return 1  # of the archive's CUDA major (not the default: 11)
+ddpw_role build "CUDA toolkit" unconfirmed "$DDPW_TOOLKIT" || return 1  # of the archive's CUDA major (CSC's example: 11.7)
 ddpw_role build CMake unconfirmed cmake || return 1          # CMake >= 3.21

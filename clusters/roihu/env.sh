@@ -13,7 +13,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/../modules.sh" || return 1
 # Roihu-GPU's default toolkit (CUDA 12.9); cu130 with its CUDA 13.1 (the driver CSC shows is CUDA 13).
 export DDPW_TORCH_CUDA=${DDPW_TORCH_CUDA:-cu128}
 # module reset: Roihu-GPU's defaults (GNU compilers, CUDA-aware OpenMPI, the default CUDA), whatever
-# the shell that submitted the job had loaded.
+# the shell that submitted the job had loaded (CSC documents the defaults, not the command: SOURCES.md).
 ddpw_reset
 ddpw_role run PyTorch python-pytorch/2.10 python-pytorch || return 1  # CSC's, renamed from pytorch/2.10: torchrun
 # The compiler: the default GNU suite (module reset) goes with the default CUDA 12.9; CSC pairs

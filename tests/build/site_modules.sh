@@ -11,10 +11,11 @@
 #   2. every site with DDPW_TORCH_CUDA=cu130, the build this machine has: the toolkit module of
 #      CUDA 13 is this machine's toolkit, the torch module or venv is the set-up's torch; the
 #      project configures (the stack check passes for real). For Delta (module reset, a torch
-#      module, the toolkit swapped for the reset's default), step 2's compile and link commands are
+#      module that loads NCCL's network plugin itself, the reset's CUDA 13 toolkit), step 2's compile and link commands are
 #      those of this machine's build folder (DDPW_BUILD_DIR, which CI builds and tests), or, with
 #      none to compare with, step 2 is built and run.
-#   3. jobs (DDPW_MODULES=run) load no toolkit; Delta's NCCL network plugin loads in jobs only.
+#   3. jobs (DDPW_MODULES=run) load no toolkit of another CUDA major; Delta's NCCL network plugin
+#      comes with pytorch-conda/2.12 (cu130), and with your own cu128 torch loads in jobs only.
 set -euo pipefail
 root=${DDPW_ROOT:?DDPW_ROOT must point at the project}
 torch_dir=${DDPW_TORCH_DIR:?DDPW_TORCH_DIR must be the Torch_DIR of the build}
@@ -64,7 +65,7 @@ in_site() {
   local site=$1 mode=$2 script=$3 modules=all
   [ "$mode" = run ] && modules=run
   # shellcheck disable=SC2016  # expanded by the inner shell
-  env -i HOME="$HOME" PATH=/usr/local/bin:/usr/bin:/bin LMOD_SYSTEM_DEFAULT_MODULES=cudatoolkit/25.3_12.8 \
+  env -i HOME="$HOME" PATH=/usr/local/bin:/usr/bin:/bin LMOD_SYSTEM_DEFAULT_MODULES=cudatoolkit/26.5_13.2 \
     DDPW_VENV="$venv" DDPW_MODULES=$modules ${DDPW_TORCH_CUDA:+DDPW_TORCH_CUDA=$DDPW_TORCH_CUDA} \
     bash -c 'source "$1" && export MODULEPATH="$2" && cd "$3" && source "clusters/$4/env.sh" && eval "$5"' \
     _ "$lmod_init" "$tmp/modulefiles-$site" "$root" "$site" "$script" >"$tmp/$site.$mode.log" 2>&1
@@ -84,7 +85,7 @@ for site in "${sites[@]}"; do
   line=$(grep '^BUILD=' "$tmp/$site.build.log")
   build=$(sed -E 's/^BUILD=([^ ]*).*/\1/' <<<"$line") toolkit=$(sed -E 's/.* TOOLKIT=([^ ]*).*/\1/' <<<"$line")
   case $build in cu126) torch_cuda=12.6 ;; cu128) torch_cuda=12.8 ;; cu130) torch_cuda=13.0 ;; *) fail "$site: DDPW_TORCH_CUDA=$build" ;; esac
-  [[ $line != *nccl/* ]] || fail "$site: an NCCL module was loaded: $line"
+  [[ ":${line##*LOADED=}:" != *:nccl/* ]] || fail "$site: an NCCL module was loaded: $line"   # (aws-ofi-nccl: its network plugin)
   [ "$toolkit" != none ] || fail "$site: no CUDA toolkit module was loaded: $line"
   [ "$(major "$toolkit")" != 11 ] || fail "$site: the toolkit is the CUDA 11 default (a line without a version): $line"
   check_stack "$torch_cuda" "$toolkit" || { cat "$tmp/check.log"; fail "$site: the configure's check refuses its default: torch $build, toolkit $toolkit"; }
@@ -104,7 +105,8 @@ for site in "${sites[@]}"; do
   grep -q 'ddp-workshop: NCCL .*CUDA toolkit 13\.[0-9.]* (LibTorch.s runtime: 13\.' "$log" || { cat "$log"; fail "$site: no CUDA stack line in the configure"; }
   echo "ok: $site: cu130 configures in $((SECONDS - start)) s: $(grep -o 'NCCL [0-9.]* (.*' "$log" | head -n 1 | cut -c1-60)... toolkit 13"
 done
-grep -q 'JOBMODULE=none' "$tmp/delta.build.log" || fail "delta: the NCCL network plugin loaded for the build"
+# NCSA's pytorch-conda/2.12 loads its aws-ofi-nccl itself, at the configure too (the configure passed).
+grep -q 'JOBMODULE=aws-ofi-nccl' "$tmp/delta.build.log" || fail "delta: pytorch-conda/2.12 did not bring its NCCL network plugin"
 
 # Delta's build of step 2. Its compile and link commands are compared with those of this machine's
 # own build folder (DDPW_BUILD_DIR, configured alike: CI builds and tests that one); where there is
@@ -155,8 +157,9 @@ if [ "$same" = no ]; then
   echo "ok: delta: step 2 built and ran (1 rank, CPU) under Delta's modules in $((SECONDS - start)) s"
 fi
 
-# ---- 3. jobs: no toolkit of another CUDA major than the torch's (Delta's module reset brings its
-# CUDA 12.8 one, which its env.sh replaces); Delta's NCCL network plugin in jobs only.
+# ---- 3. jobs: no toolkit of another CUDA major than the torch's; Delta's NCCL network plugin with
+# pytorch-conda/2.12, and for a cu128 venv (module reset's CUDA 13.2 toolkit swapped for a CUDA 12
+# one) in jobs only.
 for site in "${sites[@]}"; do
   DDPW_TORCH_CUDA=cu130 in_site "$site" run "$report" || { cat "$tmp/$site.run.log"; fail "$site: env.sh failed in a job"; }
   line=$(grep '^BUILD=' "$tmp/$site.run.log")
@@ -165,5 +168,12 @@ for site in "${sites[@]}"; do
   want=none; [ "$site" = delta ] && want=aws-ofi-nccl
   [[ $line == *"JOBMODULE=$want"* ]] || fail "$site: jobs load the NCCL network plugin: expected $want, got: $line"
 done
-echo "ok: jobs have no toolkit of another CUDA major; Delta's NCCL network plugin loads in its jobs only"
+for mode in build run; do
+  DDPW_TORCH_CUDA=cu128 in_site delta "$mode" "$report" || { cat "$tmp/delta.$mode.log"; fail "delta: env.sh failed with cu128 ($mode)"; }
+done
+line=$(grep '^BUILD=' "$tmp/delta.run.log")
+[[ $line == *"TOOLKIT=12.8 JOBMODULE=aws-ofi-nccl "* ]] || fail "delta: a cu128 job has not the CUDA 12.8 toolkit and its plugin: $line"
+line=$(grep '^BUILD=' "$tmp/delta.build.log")
+[[ $line == *"TOOLKIT=12.8 JOBMODULE=none "* ]] || fail "delta: a cu128 build has not the CUDA 12.8 toolkit, or the plugin: $line"
+echo "ok: jobs have no toolkit of another CUDA major; Delta's NCCL network plugin comes with pytorch-conda/2.12, and with a cu128 venv in jobs only"
 echo "PASS: every site's env.sh loads under Lmod with its own names; its default toolkit has its torch build's CUDA major; with this machine's cu130 every site configures (stack check included), and Delta's modules build step 2 as CI does"

@@ -18,7 +18,7 @@ from pathlib import Path
 
 DATE = re.compile(r"\b20\d\d-\d\d-\d\d\b")
 # A source: a web page, or a repository file (owner/name ... path), as the tables cite them.
-SOURCE = re.compile(r"https?://|\]\(|\b[\w.-]+/[\w.-]+\b.*`[^`]+\.(md|rst|html|sh|py|slurm|txt)`")
+SOURCE = re.compile(r"https?://|\]\(|\b[\w.-]+/[\w.-]+\b.*`[^`]+\.(md|rst|html|sh|py|slurm|sbatch|out|txt)`")
 MODULE_CALLS = ("ddpw_role", "ddpw_load", "ddpw_toolkit")
 
 

@@ -53,8 +53,8 @@ declare -A first=([della]="Python|anaconda3/2025.12||anaconda3/2023.9"
                   [puhti]="PyTorch|pytorch/2.5|+pytorch/2.4|pytorch/2.4 (pytorch)"
                   [roihu]="CUDA toolkit|cuda/12.9.1|+cuda/12.4.0|cuda/12.4.0 (cuda/12)"
                   [supercloud]="MPI|mpi/openmpi-4.1.5||mpi/openmpi-5.0.5")
-declare -A none=([delta]="CUDA toolkit|cudatoolkit/25.9_13.0|cudatoolkit/25.9_13.0|cudatoolkit/11.7 cudatoolkit/25.3_12.8"
-                 [della]="CUDA toolkit|cudatoolkit/12.8 cudatoolkit/12|cudatoolkit/12*|cudatoolkit/11.7"
+declare -A none=([delta]="CUDA toolkit|cudatoolkit/26.5_13.2|cudatoolkit/26.5_13.2|cudatoolkit/11.7 cudatoolkit/25.3_12.8"
+                 [della]="CUDA toolkit|cudatoolkit/12.9 cudatoolkit/12.8 cudatoolkit/12|cudatoolkit/12*|cudatoolkit/11.7"
                  [hipergator]="CUDA toolkit|cuda/12.8.1 cuda/12|cuda/12*|cuda/11.7.0"
                  [puhti]="CUDA toolkit|cuda/12.6.0 cuda/12|cuda/12*|cuda/11.7.0"
                  [roihu]="CUDA toolkit|cuda/12.9.1 cuda/12|cuda/12*|cuda/11.7.0 cuda/13.1.1"
@@ -96,15 +96,22 @@ source "$lmod_init"
 set -u
 export MODULEPATH
 
-# Delta: module reset (its defaults: a CUDA 12.8 toolkit, as Delta's RH9 loads), the torch module,
-# the CUDA 13 toolkit in its place; an unconfirmed job module that does not load: one warning.
-export LMOD_SYSTEM_DEFAULT_MODULES=cudatoolkit/25.3_12.8
-MODULEPATH=$(tree delta aws-ofi-nccl/1.14.2) submit delta step2.sbatch 2 1
+# Delta: module reset (its RH9.6 defaults: the CUDA 13.2 toolkit). Your own cu128 torch (the
+# alternative to pytorch-conda/2.12): the CUDA 12 toolkit in the default's place; an unconfirmed job
+# module that does not load: one warning.
+export LMOD_SYSTEM_DEFAULT_MODULES=cudatoolkit/26.5_13.2
+DDPW_TORCH_CUDA=cu128 MODULEPATH=$(tree delta aws-ofi-nccl/1.14.2) submit delta step2.sbatch 2 1
 expect_success
-expect_lines 1 "^ddpw: warning: no NCCL network plugin module loaded \(aws-ofi-nccl/1.14.2: names the course could not confirm for Delta; .module spider aws-ofi-nccl. offers: nothing\); the job goes on"
+expect_lines 1 "^ddpw: warning: no NCCL network plugin module loaded \(aws-ofi-nccl/1.14.2: names the course could not confirm for Delta; .module spider aws-ofi-nccl. offers: aws-ofi-nccl/1.19.2\); the job goes on"
 expect_lines 1 "^ddpw: (warning|error)|module reset failed"
-expect_lines 1 "^ddpw: CUDA toolkit: cudatoolkit/25.9_13.0$"
+expect_lines 1 "^ddpw: CUDA toolkit: cudatoolkit/25.3_12.8$"
 expect_lines 1 "Epoch 1 \| train loss"
+# An RH9.4 node, where NCSA's pytorch-conda/2.12 refuses to load: the cu130 job ends at once, naming
+# NCSA's pytorch-conda/2.8 there and the fix (a cu128 venv).
+MODULEPATH=$(tree delta '!pytorch-conda/2.12') submit delta step2.sbatch 2 1
+expect_failure "^ddpw: error: pytorch-conda/2.12 did not load on .*use pytorch-conda/2.8 there.*export DDPW_TORCH_CUDA=cu128"
+expect_lines 0 "Epoch 0"
+[ "$JOB_SECONDS" -le 30 ] || fail "the job on an RH9.4 stand-in took $JOB_SECONDS s to fail"
 # Build modules that do not exist cannot stop a job: Della's jobs load anaconda3 and the venv
 # (torchrun); its other modules are for the build.
 MODULEPATH=$(tree della 'cudatoolkit/*' 'gcc-toolset/*' 'cmake/*') submit della step2.sbatch 2 1

@@ -4,7 +4,9 @@
 #          gputest as Roihu's, reservations on the gh200 nodes and on the l4 node) and a module tree
 #          that mirrors Roihu's SOURCES.md under Debian's Lmod. One cluster start for all cases:
 #   1. all as the scripts ask: every check PASS (account and QoS SKIP: this cluster keeps no
-#      accounts), the network job finds no internet and the MNIST files staged; exit 0.
+#      accounts), the network job finds no internet and the MNIST files staged; exit 0. Each
+#      *unconfirmed* row of Roihu's SOURCES.md is a row: module names by `module is-avail`, the
+#      others by their command (--mem=0 PASS; gpuinteractive, not here: WARN), jobs and logins SKIP.
 #   2. a module gone (python-pytorch): its row FAILs with what module spider offers and the fix.
 #   3. a reservation of another GPU type (l4): FAIL, naming gpu:gh200 against gpu:l4, and the
 #      torch build's check for the l4 runs (sm_89).
@@ -67,7 +69,17 @@ expect_row "data staged in $TEST_DIR/data" PASS "the four MNIST files"
 expect_row "install in $TEST_DIR" PASS ""
 n=$(grep -c "| FAIL" <<< "$OUT" || true)
 [ "$n" = 0 ] || { echo "$OUT"; fail "$n FAIL rows where everything is as the scripts ask"; }
-grep -q "^# [0-9]* PASS, 0 FAIL, [0-9]* SKIP, 0 WARN: OK$" <<< "$OUT" || { echo "$OUT"; fail "no OK summary line"; }
+grep -q "^# [0-9]* PASS, 0 FAIL, [0-9]* SKIP, [0-9]* WARN: OK$" <<< "$OUT" || { echo "$OUT"; fail "no OK summary line"; }
+# The unconfirmed facts, one row each; a WARN only where a fact does not hold on this cluster.
+expect_row "unconfirmed: module reset" PASS "start from Roihu-GPU's defaults.*: .module reset && module list."
+expect_row "unconfirmed: python-pytorch" PASS ".*module is-avail python-pytorch."
+expect_row "unconfirmed: cuda/12" PASS ".*module is-avail cuda/12."
+expect_row "unconfirmed: --mem=0" PASS ".*sbatch --test-only --reservation=ws-gh200 --account=project_0 -p gputest"
+expect_row "unconfirmed: sbatch --partition=gpuinteractive" WARN ".*exit 1.* \| it does not hold here: correct clusters/roihu/SOURCES.md"
+expect_row "unconfirmed: cu130" SKIP ".* \| a job or a login: run by hand: srun -A project_0"
+expect_row "unconfirmed: no internet" PASS ".*see the compute node network row"
+n=$(grep -Ev "^unconfirmed: " <<< "$OUT" | grep -c "| WARN" || true)
+[ "$n" = 0 ] || { echo "$OUT"; fail "$n WARN rows besides the unconfirmed facts'"; }
 
 # 2. A module gone: the PyTorch role has no name left.
 check 'python-pytorch/*' -- --account project_0 --reservation ws-gh200 --no-job
