@@ -147,6 +147,13 @@ class DistributedDataParallel : public Joinable {
   size_t bucket_count() const { return reducer_->bucket_count(); }
   // Whether forwards through the wrapper broadcast rank 0's buffers (broadcast_buffers and buffers).
   bool broadcasts_buffers() const { return forward_->broadcasts_buffers(); }
+  // The streams DDP's gradient hooks run on (on a GPU: the stream current when it was built), for
+  // CaptureContext::gradient_streams: a CUDA graph captures the step only on that stream.
+  std::vector<c10::Stream> gradient_streams() const {
+    auto out = forward_->gradient_streams();
+    for (const auto& s : reducer_->schedule().gradient_streams()) out.push_back(s);
+    return out;
+  }
 
   // Joinable (joinable.h), for ddp::Join.
   ProcessGroup& join_process_group() override { return reducer_->process_group(); }
