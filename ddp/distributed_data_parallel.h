@@ -10,7 +10,8 @@
 //     once, in bucket order, so communication overlaps the rest of backward. A callback at the
 //     end of backward waits for all buckets and points each .grad at its averaged slice of the
 //     bucket (PyTorch's gradient_as_bucket_view: no copy back) before backward() returns.
-//     At world size 1 the allreduce (the identity) is not sent; everything else runs as usual.
+//     At world size 1 the allreduce (the identity) is not sent, unless the group keeps it
+//     (ProcessGroupOptions::collectives_at_world_size_1); everything else runs as usual.
 //   * bf16_compress: each bucket is sent as bfloat16 and summed in bfloat16 (PyTorch's
 //     bf16_compress_hook, comm_hooks.h): half the bytes on the wire, gradients rounded to bfloat16.
 //   * no_sync() skips the allreduce for gradient accumulation; the next synced backward averages
