@@ -88,8 +88,10 @@ std::string stream_text(const c10::Stream& s) {
 void CudaGraphStep::check_streams(const std::vector<c10::Stream>& gradient_streams, const c10::Stream& capture) {
   for (const auto& s : gradient_streams)
     DDP_CHECK(s == capture,
-              "DDP's gradient hooks run on " + stream_text(s) + " (the stream current when it was built), but the "
-                  "step is captured on " + stream_text(capture) +
+              "DDP's gradient hooks run on " + stream_text(s) +
+                  " (the stream current when it was built), but the "
+                  "step is captured on " +
+                  stream_text(capture) +
                   ": the accumulators, the bucket copies and the allreduces' issue would run outside the capture, "
                   "which fails (or records an incomplete graph)",
               "build DDP under the capture stream: CudaGraphStep::capture_stream(device) first, then the wrapper "

@@ -105,7 +105,7 @@ class ReplayWaits {
   using Wait = std::function<void(const c10::intrusive_ptr<c10d::Work>& work, const std::string& what)>;
   explicit ReplayWaits(Wait wait) : wait_(std::move(wait)) {}
   void after(c10::intrusive_ptr<c10d::Work> replay);  // this replay was queued: wait for the one before
-  void all();                                          // wait for every replay still queued
+  void all();                                         // wait for every replay still queued
   size_t queued() const { return queued_.size(); }
 
  private:

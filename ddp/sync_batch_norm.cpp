@@ -70,10 +70,10 @@ struct SyncBatchNormFunction : torch::autograd::Function<SyncBatchNormFunction> 
     auto work = pg->backend()._allgather_base(gathered, mine);
     pg->wait(work, "SyncBatchNorm's statistics (all-gather of counts, means and squared deviations)");
     const Tensor all = gathered.view({pg->size(), 2 * channels + 1});  // [world, 2C + 1]
-    const Tensor means = all.narrow(1, 0, channels);           // [world, C]
-    const Tensor squares = all.narrow(1, channels, channels);  // sum of (x - rank's mean)^2
-    const Tensor counts = all.narrow(1, 2 * channels, 1);      // [world, 1]
-    const Tensor n = counts.sum();                             // all ranks' samples per channel
+    const Tensor means = all.narrow(1, 0, channels);                   // [world, C]
+    const Tensor squares = all.narrow(1, channels, channels);          // sum of (x - rank's mean)^2
+    const Tensor counts = all.narrow(1, 2 * channels, 1);              // [world, 1]
+    const Tensor n = counts.sum();                                     // all ranks' samples per channel
     const Tensor mean = (means * counts).sum(0) / n;
     // Chan et al.'s parallel variance: each rank's squared deviations, plus its count times the
     // squared distance of its mean from the global one. Biased (/ n), as batch norm normalises.

@@ -41,7 +41,7 @@ struct RankSetup {
   std::string backend = "auto";
   std::chrono::milliseconds timeout = std::chrono::seconds(60);  // rendezvous and collectives
   std::chrono::milliseconds stop_grace = std::chrono::seconds(20);
-  std::string phase;  // several runs in one test: each its own name
+  std::string phase;                         // several runs in one test: each its own name
   bool collectives_at_world_size_1 = false;  // ProcessGroupOptions': one rank issues the collectives too
 };
 

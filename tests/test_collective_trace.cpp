@@ -210,9 +210,7 @@ class RecordingBackend : public c10d::Backend {
   uint64_t getSequenceNumberForGroup() override { return note("getSequenceNumberForGroup"), 7; }
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>&, int, int) override { return work("send"); }
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>&, int, int) override { return work("recv"); }
-  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>&, int) override {
-    return work("recvAnysource");
-  }
+  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>&, int) override { return work("recvAnysource"); }
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions&) override { return work("barrier"); }
   void registerOnCompletionHook(std::function<void(std::shared_ptr<c10d::WorkInfo>)>&&) override {
     note("registerOnCompletionHook");

@@ -183,8 +183,8 @@ TEST(CudaGraphStep, AReplayThatNeverEndsFailsAtTheCollectiveTimeout) {
     });
     const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     std::printf("after %.2f s: %s\n", waited, stalled.c_str());
-    ok = ok && contains(stalled, "CUDA graph replay 3") && contains(stalled, "collective timeout") &&
-         waited >= 0.4 && waited < 5;
+    ok = ok && contains(stalled, "CUDA graph replay 3") && contains(stalled, "collective timeout") && waited >= 0.4 &&
+         waited < 5;
     return ok ? 0 : 1;
   });
   EXPECT_EQ(rc, 0);

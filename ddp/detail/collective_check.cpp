@@ -329,8 +329,9 @@ c10::intrusive_ptr<c10d::Work> CheckedBackend::allgather_into_tensor_coalesced(s
       [&] { return inner_->allgather_into_tensor_coalesced(outputs, inputs, opts); });
 }
 
-c10::intrusive_ptr<c10d::Work> CheckedBackend::reduce_scatter_tensor_coalesced(
-    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::ReduceScatterOptions& opts) {
+c10::intrusive_ptr<c10d::Work> CheckedBackend::reduce_scatter_tensor_coalesced(std::vector<at::Tensor>& outputs,
+                                                                               std::vector<at::Tensor>& inputs,
+                                                                               const c10d::ReduceScatterOptions& opts) {
   return run(
       [&] {
         return "reduce_scatter_tensor_coalesced (" + op_name(opts.reduceOp) + ") of " + describe_tensors(inputs) +
@@ -347,21 +348,21 @@ void CheckedBackend::monitoredBarrier(const c10d::BarrierOptions& opts, bool wai
       });
 }
 
-c10::intrusive_ptr<c10d::Backend> CheckedBackend::shrink(const std::vector<int64_t>& ranks_to_exclude,
-                                                         int shrink_flags,
-                                                         const c10::intrusive_ptr<Options>& opts_override) {
+c10::intrusive_ptr<c10d::Backend> CheckedBackend::shrink(
+    const std::vector<int64_t>& ranks_to_exclude, int shrink_flags,
+    const c10::intrusive_ptr<c10d::Backend::Options>& opts_override) {
   return inner_->shrink(ranks_to_exclude, shrink_flags, opts_override);
 }
 
 c10::intrusive_ptr<c10d::Backend> CheckedBackend::split(const c10::intrusive_ptr<c10d::Store>& store,
                                                         const std::vector<int>& ranks,
-                                                        const c10::intrusive_ptr<Options>& opts) {
+                                                        const c10::intrusive_ptr<c10d::Backend::Options>& opts) {
   return inner_->split(store, ranks, opts);
 }
 
 c10::intrusive_ptr<c10d::Backend> CheckedBackend::merge(const c10::intrusive_ptr<c10d::Store>& store,
-                                                        const c10::intrusive_ptr<Options>& opts, const int& rank,
-                                                        const int& size) {
+                                                        const c10::intrusive_ptr<c10d::Backend::Options>& opts,
+                                                        const int& rank, const int& size) {
   return inner_->merge(store, opts, rank, size);
 }
 

@@ -145,17 +145,18 @@ class CheckedBackend : public c10d::Backend {
   bool supportsTimeEstimation() const override { return inner_->supportsTimeEstimation(); }
   bool supportsShrinking() const override { return inner_->supportsShrinking(); }
   bool supportsTensorAlloc(c10::DeviceIndex device) override { return inner_->supportsTensorAlloc(device); }
-  c10::intrusive_ptr<c10d::Backend> shrink(const std::vector<int64_t>& ranks_to_exclude, int shrink_flags = 0,
-                                           const c10::intrusive_ptr<Options>& opts_override = nullptr) override;
+  c10::intrusive_ptr<c10d::Backend> shrink(
+      const std::vector<int64_t>& ranks_to_exclude, int shrink_flags = 0,
+      const c10::intrusive_ptr<c10d::Backend::Options>& opts_override = nullptr) override;
   c10::intrusive_ptr<c10d::Backend> split(const c10::intrusive_ptr<c10d::Store>& store, const std::vector<int>& ranks,
-                                          const c10::intrusive_ptr<Options>& opts) override;
+                                          const c10::intrusive_ptr<c10d::Backend::Options>& opts) override;
   c10::intrusive_ptr<c10d::Backend> merge(const c10::intrusive_ptr<c10d::Store>& store,
-                                          const c10::intrusive_ptr<Options>& opts, const int& rank,
+                                          const c10::intrusive_ptr<c10d::Backend::Options>& opts, const int& rank,
                                           const int& size) override;
   void setTimeout(std::chrono::milliseconds timeout) override { inner_->setTimeout(timeout); }
   void startCoalescing() override;
   c10::intrusive_ptr<c10d::Work> endCoalescing() override;
-  c10::intrusive_ptr<Options> getBackendOptions() override { return inner_->getBackendOptions(); }
+  c10::intrusive_ptr<c10d::Backend::Options> getBackendOptions() override { return inner_->getBackendOptions(); }
   void setSequenceNumberForGroup() override { inner_->setSequenceNumberForGroup(); }
   uint64_t getSequenceNumberForGroup() override { return inner_->getSequenceNumberForGroup(); }
   void registerOnCompletionHook(std::function<void(std::shared_ptr<c10d::WorkInfo>)>&& hook) override {
@@ -167,7 +168,8 @@ class CheckedBackend : public c10d::Backend {
   void eagerConnectSingleDevice(at::Device device) override { inner_->eagerConnectSingleDevice(device); }
   c10d::ErrorType getError() override { return inner_->getError(); }
   std::shared_ptr<c10::Allocator> getMemAllocator() override { return inner_->getMemAllocator(); }
-  at::Tensor allocateTensor(long size, at::TensorOptions options = {}) override {  // NOLINT(google-runtime-int): c10d's type
+  at::Tensor allocateTensor(long size,
+                            at::TensorOptions options = {}) override {  // NOLINT(google-runtime-int): c10d's type
     return inner_->allocateTensor(size, options);
   }
   void abort() override { inner_->abort(); }
@@ -178,7 +180,7 @@ class CheckedBackend : public c10d::Backend {
   // issues it (`issue`) and remembers its work's number.
   template <typename Describe, typename Issue>
   c10::intrusive_ptr<c10d::Work> run(const Describe& describe, const Issue& issue);
-  void check(int64_t seq, const std::string& call);  // throws on a mismatch or a failed check
+  void check(int64_t seq, const std::string& call);                        // throws on a mismatch or a failed check
   void remember(const c10::intrusive_ptr<c10d::Work>& work, int64_t seq);  // for number_of
 
   c10::intrusive_ptr<c10d::Backend> inner_, helper_;
