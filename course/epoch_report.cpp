@@ -37,6 +37,7 @@ void EpochLog::add(const Batch& batch, const torch::Tensor& loss) {
 }
 
 double EpochLog::mean_loss() const {
+  if (before_read_ && batches_ > 0) before_read_();
   return batches_ > 0 ? loss_sum_.item<double>() / static_cast<double>(batches_) : 0;
 }
 

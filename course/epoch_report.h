@@ -10,6 +10,7 @@
 #include <torch/torch.h>
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -34,6 +35,8 @@ class EpochLog {
   // After each step: adds the batch's loss (a device tensor, detached here) and its samples.
   // Nothing waits for the device, unless a progress line is due.
   void add(const ddp::Batch& batch, const torch::Tensor& loss);
+  // Called before each read of the losses on the host (--cuda-graph: the replays' timed wait).
+  void before_reads(std::function<void()> f) { before_read_ = std::move(f); }
 
  private:
   friend class EpochReporter;
@@ -48,6 +51,7 @@ class EpochLog {
   Progress progress_;
   std::chrono::steady_clock::time_point start_;
   StepTrace* trace_;  // --trace, else null
+  std::function<void()> before_read_;
 };
 
 class EpochReporter {

@@ -1,5 +1,7 @@
 #include "course/trainer.h"
 
+#include <c10/core/StreamGuard.h>
+
 #include <fstream>
 #include <memory>
 #include <optional>
@@ -44,6 +46,9 @@ class Strategy {
   virtual void save(const TrainingState& state) = 0;  // all ranks call it
   virtual KeptBytes kept() = 0;                       // what this rank keeps between steps, measured
   virtual std::string graph_summary() const { return ""; }  // --cuda-graph: how the steps ran
+  // Before the host reads what the steps computed: --cuda-graph waits for the replays still queued
+  // (with the collective timeout: a replayed collective has no NCCL watchdog).
+  virtual void wait_for_steps() {}
 };
 
 // A ZeRO run's manifest (JSON) where single or ddp expects a plain snapshot: name the strategies that
@@ -66,11 +71,23 @@ class Replicated final : public Strategy {
   Replicated(const Options& o, const LaunchEnv& launch, Workload& w, torch::Device device,
              const std::shared_ptr<ProcessGroup>& pg)
       : options_(o), launch_(launch), workload_(w), model_(w.make_model(device)) {
-    if (pg) ddp_ = std::make_unique<DistributedDataParallel<Model>>(model_, pg, ddp_options(o));
+    // --cuda-graph: the capture stream first, and DDP built under it, so that its gradient hooks
+    // run on the stream the step is captured on (cuda_graph_step.h).
+    std::optional<c10::Stream> capture_stream;
+    if (o.cuda_graph) capture_stream = CudaGraphStep::capture_stream(device);
+    {
+      c10::OptionalStreamGuard on_capture_stream(capture_stream);
+      if (pg) ddp_ = std::make_unique<DistributedDataParallel<Model>>(model_, pg, ddp_options(o));
+    }
     optimizer_ = w.make_optimizer(*model_);
-    if (o.cuda_graph)  // the same step, captured after its warm-up and replayed (cuda_graph_step.h)
+    if (o.cuda_graph) {  // the same step, captured after its warm-up and replayed (cuda_graph_step.h)
+      CaptureContext context = capture_context(o, device, pg.get());
+      context.stream = capture_stream;
+      if (ddp_) context.gradient_streams = ddp_->gradient_streams();
+      context.process_group = pg.get();
       graph_ = std::make_unique<CudaGraphStep>([this](const torch::Tensor& x, const torch::Tensor& y) { return step(x, y); },
-                                               *optimizer_, capture_context(o, device, pg.get()));
+                                               *optimizer_, context);
+    }
   }
   Model& plain_model() override { return *model_; }
   void begin_epoch(int64_t epoch) override { set_learning_rate(*optimizer_, workload_.learning_rate(epoch)); }
@@ -91,6 +108,9 @@ class Replicated final : public Strategy {
     if (!graph_) return "";
     return "CUDA graph: " + std::to_string(graph_->replays()) + " steps replayed, " +
            std::to_string(graph_->eager_steps()) + " eager (warm-up, batches of another shape)";
+  }
+  void wait_for_steps() override {
+    if (graph_) graph_->wait_for_replays();
   }
 
  private:
@@ -166,6 +186,7 @@ int train_epochs(const Options& o, const LaunchEnv& launch, torch::Device device
     reporter.print("Resuming training from snapshot {} at epoch {}, step {}", o.snapshot_path, epochs_run, first_step);
   }
   auto save = [&](int64_t epochs, int64_t step) {
+    strategy->wait_for_steps();
     strategy->save({epochs, step, launch.world_size});
     reporter.announce("Training snapshot saved at {} ({} epochs run, step {})", o.snapshot_path, epochs, step);
   };
@@ -173,6 +194,7 @@ int train_epochs(const Options& o, const LaunchEnv& launch, torch::Device device
     sampler.set_epoch(epoch);
     strategy->begin_epoch(epoch);
     auto log = reporter.begin_epoch(epoch, loader, first_step);
+    log.before_reads([&] { strategy->wait_for_steps(); });
     for (int64_t step = first_step; step < loader.steps(); ++step) {
       if (stop.should_stop()) {  // SIGTERM or SIGUSR1: every rank stops at this same step
         reporter.print("Stopping at epoch {}, step {} ({})", epoch, step, stop_reason());
@@ -183,6 +205,7 @@ int train_epochs(const Options& o, const LaunchEnv& launch, torch::Device device
       log.add(batch, strategy->train_step(batch));
     }
     first_step = 0;
+    strategy->wait_for_steps();
     reporter.end_epoch(log, strategy->plain_model());
     if (epoch == epochs_run) report_memory(reporter, strategy->kept());  // each rank: what it keeps (step 4)
     if ((epoch + 1) % o.save_every == 0 || epoch + 1 == o.total_epochs) save(epoch + 1, 0);

@@ -1,11 +1,14 @@
 #include "ddp/cuda_graph_step.h"
 #include "ddp/config.h"  // defines: DDPW_HAVE_CUDA
 
+#include <sstream>
 #include <string>
+#include <thread>
 #include <utility>
 
 #include "ddp/error.h"
 #include "ddp/graph_capturable.h"
+#include "ddp/process_group.h"
 #include "ddp/setting_names.h"  // defines: setting_name, setting_value
 
 #ifdef DDPW_HAVE_CUDA
@@ -62,6 +65,71 @@ void CudaGraphStep::check(const CaptureContext& context, const torch::optim::Opt
             "the optimizer keeps its learning rate as a host number, which a CUDA graph would freeze at the "
             "capture (a schedule would stop moving)",
             "use an optimizer that reads it from the device (GraphCapturable: ddp::Adadelta, ddp::Sgd), or " + off);
+  if (!context.gradient_streams.empty()) {
+    DDP_CHECK(context.stream.has_value(),
+              "DDP's gradient hooks run on the stream that was current when it was built, and the capture would "
+              "run on a new side stream: the hooks' work would land on a stream outside the capture",
+              "make the capture stream first (CudaGraphStep::capture_stream(device)), build DDP under it "
+              "(c10::StreamGuard), and pass it as CaptureContext::stream");
+    check_streams(context.gradient_streams, *context.stream);
+  }
+}
+
+namespace {
+
+std::string stream_text(const c10::Stream& s) {
+  std::ostringstream text;
+  text << s;  // "stream 3 on device cuda:0"
+  return text.str();
+}
+
+}  // namespace
+
+void CudaGraphStep::check_streams(const std::vector<c10::Stream>& gradient_streams, const c10::Stream& capture) {
+  for (const auto& s : gradient_streams)
+    DDP_CHECK(s == capture,
+              "DDP's gradient hooks run on " + stream_text(s) +
+                  " (the stream current when it was built), but the "
+                  "step is captured on " +
+                  stream_text(capture) +
+                  ": the accumulators, the bucket copies and the allreduces' issue would run outside the capture, "
+                  "which fails (or records an incomplete graph)",
+              "build DDP under the capture stream: CudaGraphStep::capture_stream(device) first, then the wrapper "
+              "inside a c10::StreamGuard on it, and that stream as CaptureContext::stream");
+}
+
+c10::Stream CudaGraphStep::capture_stream(const torch::Device& device) {
+#ifdef DDPW_HAVE_CUDA
+  if (device.is_cuda())
+    return c10::cuda::getStreamFromPool(false, device.has_index() ? device.index() : c10::cuda::current_device());
+#endif
+  return c10::Stream(c10::Stream::DEFAULT, device);  // nothing to capture there: check() says so
+}
+
+bool PolledWork::wait(std::chrono::milliseconds timeout) {
+  const auto start = std::chrono::steady_clock::now();
+  while (!done_()) {
+    TORCH_CHECK(timeout == ::kNoTimeout || std::chrono::steady_clock::now() - start < timeout,
+                "the work did not complete within ", timeout.count(), " ms");
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  return true;
+}
+
+void ReplayWaits::after(c10::intrusive_ptr<c10d::Work> replay) {
+  queued_.push_back(std::move(replay));
+  while (queued_.size() > 1) wait_oldest();
+}
+
+void ReplayWaits::all() {
+  while (!queued_.empty()) wait_oldest();
+}
+
+void ReplayWaits::wait_oldest() {
+  c10::intrusive_ptr<c10d::Work> work = std::move(queued_.front());
+  queued_.pop_front();
+  ++waited_;
+  wait_(work, "CUDA graph replay " + std::to_string(waited_) + " (a replayed collective has no NCCL watchdog)");
 }
 
 #ifdef DDPW_HAVE_CUDA
@@ -69,7 +137,7 @@ void CudaGraphStep::check(const CaptureContext& context, const torch::optim::Opt
 struct CudaGraphStep::Graph {
   at::cuda::CUDAGraph graph;
   c10::cuda::CUDAStream side;  // warm-up and capture run here, as torch.cuda.graph does
-  explicit Graph(c10::DeviceIndex device) : side(c10::cuda::getStreamFromPool(false, device)) {}
+  explicit Graph(const c10::Stream& stream) : side(stream) {}
 };
 
 namespace {
@@ -103,6 +171,13 @@ CudaGraphStep::CudaGraphStep(StepFunction step, torch::optim::Optimizer& optimiz
     context_.device = torch::Device(torch::kCUDA, c10::cuda::current_device());
 #endif
   dynamic_cast<GraphCapturable&>(optimizer).make_capturable();
+  if (ProcessGroup* pg = context_.process_group)
+    replay_waits_ = std::make_unique<ReplayWaits>(
+        [pg](const c10::intrusive_ptr<c10d::Work>& work, const std::string& what) { pg->wait_on_host(work, what); });
+}
+
+void CudaGraphStep::wait_for_replays() {
+  if (replay_waits_) replay_waits_->all();
 }
 
 CudaGraphStep::~CudaGraphStep() = default;
@@ -134,7 +209,14 @@ torch::Tensor CudaGraphStep::operator()(const torch::Tensor& input, const torch:
   static_target_.copy_(target, /*non_blocking=*/true);
   const auto device = context_.device.index();
   const auto current = c10::cuda::getCurrentCUDAStream(device);
-  if (!graph_) graph_ = std::make_unique<Graph>(device);
+  if (!graph_) graph_ = std::make_unique<Graph>(context_.stream ? *context_.stream : capture_stream(context_.device));
+  // Each replay's end, as a work the group's host wait can time (see the header); queued after it.
+  auto watch_replay = [&] {
+    if (!replay_waits_) return;
+    auto ended = std::make_shared<at::cuda::CUDAEvent>();
+    ended->record(current);
+    replay_waits_->after(c10::make_intrusive<PolledWork>([ended] { return ended->query(); }));
+  };
 
   if (++calls_ <= options_.warmup_steps) {  // eager, on the side stream (as PyTorch's warm-up)
     wait_stream(graph_->side, current);
@@ -171,12 +253,14 @@ torch::Tensor CudaGraphStep::operator()(const torch::Tensor& input, const torch:
     }
     // The capture recorded the step without running it (step() counted it on the host): run it.
     graph_->graph.replay();
+    watch_replay();
     ++replays_;
     return static_loss_.clone();
   }
   capturable.update_device_lr();
   capturable.count_replayed_step();
   graph_->graph.replay();
+  watch_replay();
   ++replays_;
   return static_loss_.clone();
 #else

@@ -92,7 +92,7 @@ void GradientReducer::finish() {
   else
     used_anywhere_.copy_(used_here_);
   c10::intrusive_ptr<c10d::Work> used_work;  // none at world size 1
-  if (pg.size() > 1) used_work = pg.allreduce_sum_async(used_list_);
+  if (!pg.skips_collectives()) used_work = pg.allreduce_sum_async(used_list_);
   const std::string used_what = "allreduce of which parameters have gradients";
   if (!all_used_here) {
     // The host reads the sum: on NCCL it waits the way every host read does (watching for
@@ -123,7 +123,7 @@ void GradientReducer::shadow_backward() {
   c10::intrusive_ptr<c10d::Work> used_work;
   if (options_.find_unused_parameters) {
     used_anywhere_.zero_();
-    if (pg.size() > 1) used_work = pg.allreduce_sum_async(used_list_);
+    if (!pg.skips_collectives()) used_work = pg.allreduce_sum_async(used_list_);
   }
   for (size_t k = 0; k < buckets.size(); ++k)
     wait_for_bucket(k, "gradient allreduce " + buckets[k].label + ", shadowed by a joined rank");

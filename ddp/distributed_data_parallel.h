@@ -10,7 +10,8 @@
 //     once, in bucket order, so communication overlaps the rest of backward. A callback at the
 //     end of backward waits for all buckets and points each .grad at its averaged slice of the
 //     bucket (PyTorch's gradient_as_bucket_view: no copy back) before backward() returns.
-//     At world size 1 the allreduce (the identity) is not sent; everything else runs as usual.
+//     At world size 1 the allreduce (the identity) is not sent, unless the group keeps it
+//     (ProcessGroupOptions::collectives_at_world_size_1); everything else runs as usual.
 //   * bf16_compress: each bucket is sent as bfloat16 and summed in bfloat16 (PyTorch's
 //     bf16_compress_hook, comm_hooks.h): half the bytes on the wire, gradients rounded to bfloat16.
 //   * no_sync() skips the allreduce for gradient accumulation; the next synced backward averages
@@ -149,6 +150,13 @@ class DistributedDataParallel : public Joinable {
   size_t bucket_count() const { return reducer_->bucket_count(); }
   // Whether forwards through the wrapper broadcast rank 0's buffers (broadcast_buffers and buffers).
   bool broadcasts_buffers() const { return forward_->broadcasts_buffers(); }
+  // The streams DDP's gradient hooks run on (on a GPU: the stream current when it was built), for
+  // CaptureContext::gradient_streams: a CUDA graph captures the step only on that stream.
+  std::vector<c10::Stream> gradient_streams() const {
+    auto out = forward_->gradient_streams();
+    for (const auto& s : reducer_->schedule().gradient_streams()) out.push_back(s);
+    return out;
+  }
 
   // Joinable (joinable.h), for ddp::Join.
   ProcessGroup& join_process_group() override { return reducer_->process_group(); }

@@ -307,6 +307,7 @@ ProcessGroup::ProcessGroup(const LaunchEnv& launch, const torch::Device& device,
       serves_store_(launch.global_rank == 0 && !launch.agent_store && launch.init_method.empty()),
       loopback_master_(is_loopback(launch.master_addr)),
       check_collectives_(options.check_collectives || debug_detail()),
+      collectives_at_world_size_1_(options.collectives_at_world_size_1),
       device_(device) {
   DDP_CHECK(backend_name_ != "nccl" || device.is_cuda(),
             "the NCCL backend needs a CUDA device, this rank has " + device.str(),
@@ -385,11 +386,13 @@ void ProcessGroup::trace_wait(const c10d::Work& work, const std::string& what) {
 }
 
 void ProcessGroup::refuse_shared_gpus() {
-  const auto rows = all_gather_strings(host_name() + "\t" + gpu_bus_id(device_));
+  const auto rows = all_gather_strings(host_name() + "\t" + gpu_bus_id(device_) + "\t" + machine_id());
   std::vector<GpuClaim> claims;
-  for (const auto& row : rows) {
+  for (const auto& row : rows) {  // host, bus id, machine
     const auto tab = row.find('\t');
-    claims.push_back({row.substr(0, tab), tab == std::string::npos ? "" : row.substr(tab + 1)});
+    const auto tab2 = tab == std::string::npos ? tab : row.find('\t', tab + 1);
+    claims.push_back({row.substr(0, tab), tab == std::string::npos ? "" : row.substr(tab + 1, tab2 - tab - 1),
+                      tab2 == std::string::npos ? "" : row.substr(tab2 + 1)});
   }
   const SharingVerdict verdict = judge_gpu_sharing(backend_name_, claims);
   if (verdict.refused) throw Error(verdict.what, verdict.hint);

@@ -78,6 +78,10 @@ struct ProcessGroupOptions {
   // Gloo allgather and a host wait per collective: for debugging. Also on when the environment
   // has TORCH_DISTRIBUTED_DEBUG=DETAIL, as in PyTorch.
   bool check_collectives = false;
+  // At world size 1 the wrappers skip their per-step collectives (one rank's sum is its own
+  // tensors; skips_collectives()). true: they issue them all the same, e.g. to put NCCL's streams
+  // and buffers under test on one GPU (NCCL has one-rank communicators). The numbers stay the same.
+  bool collectives_at_world_size_1 = false;
 };
 
 // One group of all ranks; made by init_process_group, shared by the wrappers that use it.
@@ -99,6 +103,9 @@ class ProcessGroup {
   int size() const { return size_; }
   const std::string& backend_name() const { return backend_name_; }
   const torch::Device& device() const { return device_; }
+  // Whether the wrappers skip their per-step collectives: at world size 1, unless
+  // ProcessGroupOptions::collectives_at_world_size_1 keeps them.
+  bool skips_collectives() const { return size_ == 1 && !collectives_at_world_size_1_; }
   // c10d's own backend and store, for what this class does not wrap (waits: use wait()). The
   // backend is a wrapper around it that numbers each collective (the numbers the collective check
   // and the trace give it) and, with the check on, checks it (collective_check.h).
@@ -151,6 +158,7 @@ class ProcessGroup {
   bool loopback_master_ = false;  // Gloo then binds to 127.0.0.1
   bool failed_ = false, aborted_ = false, shut_down_ = false;
   bool check_collectives_ = false;
+  bool collectives_at_world_size_1_ = false;
   c10::intrusive_ptr<c10d::Store> store_;
   std::unique_ptr<CollectiveTrace> trace_;       // each rank's last collective, in the store (collective_trace.h)
   c10::intrusive_ptr<CommBackend> backend_;      // declared after store_: destroyed before it

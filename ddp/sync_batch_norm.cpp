@@ -63,17 +63,17 @@ struct SyncBatchNormFunction : torch::autograd::Function<SyncBatchNormFunction> 
       // An empty batch still takes part (the others wait for it) and weighs nothing.
       mine = torch::zeros({2 * channels + 1}, wide);
     }
-    // All-gather, not all-reduce: the means combine with the counts (uneven batches).
-    std::vector<Tensor> inputs{mine};
-    std::vector<std::vector<Tensor>> outputs(1);
-    for (int r = 0; r < pg->size(); ++r) outputs[0].push_back(torch::empty_like(mine));
-    auto work = pg->backend().allgather(outputs, inputs);
+    // All-gather, not all-reduce: the means combine with the counts (uneven batches). Into one
+    // tensor, row r from rank r (allgather_into_tensor: NCCL gathers in place, no copies out).
+    // Flat: Gloo's cuts the output into world-size chunks along its first dimension.
+    Tensor gathered = torch::empty({pg->size() * (2 * channels + 1)}, wide);
+    auto work = pg->backend()._allgather_base(gathered, mine);
     pg->wait(work, "SyncBatchNorm's statistics (all-gather of counts, means and squared deviations)");
-    const Tensor all = torch::stack(outputs[0]);               // [world, 2C + 1]
-    const Tensor means = all.narrow(1, 0, channels);           // [world, C]
-    const Tensor squares = all.narrow(1, channels, channels);  // sum of (x - rank's mean)^2
-    const Tensor counts = all.narrow(1, 2 * channels, 1);      // [world, 1]
-    const Tensor n = counts.sum();                             // all ranks' samples per channel
+    const Tensor all = gathered.view({pg->size(), 2 * channels + 1});  // [world, 2C + 1]
+    const Tensor means = all.narrow(1, 0, channels);                   // [world, C]
+    const Tensor squares = all.narrow(1, channels, channels);          // sum of (x - rank's mean)^2
+    const Tensor counts = all.narrow(1, 2 * channels, 1);              // [world, 1]
+    const Tensor n = counts.sum();                                     // all ranks' samples per channel
     const Tensor mean = (means * counts).sum(0) / n;
     // Chan et al.'s parallel variance: each rank's squared deviations, plus its count times the
     // squared distance of its mean from the global one. Biased (/ n), as batch norm normalises.
@@ -211,7 +211,7 @@ Tensor SyncBatchNormImpl::forward(const Tensor& input) {
   const bool use_running = !is_training() || options.track_running_stats();
   const Tensor mean = use_running ? running_mean : Tensor();
   const Tensor var = use_running ? running_var : Tensor();
-  if (!(batch_stats && is_training() && pg_ && pg_->size() > 1))
+  if (!(batch_stats && is_training() && pg_ && !pg_->skips_collectives()))
     return torch::nn::functional::detail::batch_norm(input, mean, var, weight, bias, batch_stats, factor,
                                                      options.eps());
   auto maybe = [](const Tensor& t) { return t.defined() ? std::optional<Tensor>(t) : std::nullopt; };

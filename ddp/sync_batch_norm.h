@@ -12,8 +12,9 @@
 //   * backward: each rank sums dy and dy * (x - mean) per channel; one all-reduce makes them
 //     global, then the input gradient is PyTorch's batch_norm_backward_elemt. The weight and bias
 //     gradients stay local sums: DDP's gradient average makes them global (as in PyTorch).
-// World size 1 or no process group: plain batch norm (torch::batch_norm) on this rank's batch, as
-// PyTorch's SyncBatchNorm without an initialised group. Evaluation: plain batch norm with the
+// World size 1 (unless the group keeps its collectives there: ProcessGroup::skips_collectives) or no
+// process group: plain batch norm (torch::batch_norm) on this rank's batch, as PyTorch's
+// SyncBatchNorm without an initialised group. Evaluation: plain batch norm with the
 // running statistics.
 //
 // Where we differ from PyTorch:

@@ -11,8 +11,14 @@
 #include <nlohmann/json.hpp>  // defines: the trace's JSON
 #include <optional>
 
+#include "ddp/config.h"  // defines: DDPW_HAVE_CUDA
 #include "ddp/error.h"
 #include "ddp/files.h"
+
+#ifdef DDPW_HAVE_CUDA
+#include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAGraphsC10Utils.h>
+#endif
 
 namespace ddp {
 namespace {
@@ -138,8 +144,24 @@ void record_timeline_span(const std::string& name, const std::string& category, 
   add({name, category, lane.empty() ? thread_lane() : lane, ns(start), ns(end)});
 }
 
+namespace {
+
+// Whether this thread's current CUDA stream is being captured into a CUDA graph.
+bool stream_is_capturing() {
+#ifdef DDPW_HAVE_CUDA
+  return c10::cuda::device_count() > 0 &&
+         c10::cuda::currentStreamCaptureStatusMayInitCtx() != c10::cuda::CaptureStatus::None;
+#else
+  return false;
+#endif
+}
+
+}  // namespace
+
+// Nothing is recorded while a CUDA graph captures: the capture runs nothing (the replays run the
+// collective, and no host code sees them), and a callback there may not touch a stream.
 void record_collective(const c10::intrusive_ptr<c10d::Work>& work, const std::string& name, int64_t bytes) {
-  if (!work || !timeline_on()) return;
+  if (!work || !timeline_on() || stream_is_capturing()) return;
   const int64_t start = ns(TimelineClock::now());
   c10::intrusive_ptr<c10::ivalue::Future> future;
   try {
@@ -148,13 +170,18 @@ void record_collective(const c10::intrusive_ptr<c10d::Work>& work, const std::st
   }
   if (!future) return;
   // Runs on the backend's thread when the collective completes (at once if it already has).
-  future->addCallback([name, bytes, start](c10::ivalue::Future& /*done*/) {
-    if (!timeline_on()) return;
-    try {
-      add({name, "collective", kCollectiveLane, start, ns(TimelineClock::now()), bytes});
-    } catch (...) {  // out of memory: the span is lost, the collective is not
-    }
-  });
+  // uses_future = false: the callback never reads the result, so the future need not make a stream
+  // of LibTorch's pool wait for it and record the outputs on that stream (NCCL's own callbacks skip
+  // it too): with it, every record cost a stream fork and a recordStream per collective.
+  future->addCallback(
+      [name, bytes, start](c10::ivalue::Future& /*done*/) {
+        if (!timeline_on()) return;
+        try {
+          add({name, "collective", kCollectiveLane, start, ns(TimelineClock::now()), bytes});
+        } catch (...) {  // out of memory: the span is lost, the collective is not
+        }
+      },
+      /*uses_future=*/false);
 }
 
 std::string timeline_events(bool clear) {

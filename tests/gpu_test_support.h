@@ -23,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "ddp/detail/collective_check.h"  // defines: CheckedBackend (collectives_issued)
 #include "ddp/device.h"
 #include "ddp/files.h"
 #include "ddp/launch_env.h"
@@ -63,13 +64,22 @@ struct TempDir {
   std::string path;
 };
 
+// One NCCL rank on `device`. The wrappers issue their per-step collectives at world size 1 too
+// (ProcessGroupOptions::collectives_at_world_size_1), so that NCCL (a one-rank communicator: real
+// kernels on its stream, its stash and frees) runs inside the step under test.
 inline std::shared_ptr<ddp::ProcessGroup> nccl_group_of_one(const TempDir& dir, const torch::Device& device) {
   ddp::LaunchEnv launch;
   launch.init_method = "file://" + dir.path + "/store";
   ddp::ProcessGroupOptions options;
   options.backend = "nccl";
   options.rendezvous_timeout = options.collective_timeout = std::chrono::seconds(60);
+  options.collectives_at_world_size_1 = true;
   return ddp::init_process_group(launch, device, options);
+}
+
+// How many collectives `pg` has issued so far (its numbered backend's count).
+inline int64_t collectives_issued(ddp::ProcessGroup& pg) {
+  return dynamic_cast<const ddp::CheckedBackend&>(pg.backend()).issued();
 }
 
 inline std::string read_file(const std::string& path) {

@@ -41,7 +41,8 @@ struct RankSetup {
   std::string backend = "auto";
   std::chrono::milliseconds timeout = std::chrono::seconds(60);  // rendezvous and collectives
   std::chrono::milliseconds stop_grace = std::chrono::seconds(20);
-  std::string phase;  // several runs in one test: each its own name
+  std::string phase;                         // several runs in one test: each its own name
+  bool collectives_at_world_size_1 = false;  // ProcessGroupOptions': one rank issues the collectives too
 };
 
 // Rank `rank` of `n`, all on this node, meeting through the test's FileStore.
@@ -82,6 +83,7 @@ inline ddp::ProcessGroupOptions group_options(const RankSetup& setup) {
   options.backend = setup.backend;
   options.rendezvous_timeout = options.collective_timeout = setup.timeout;
   options.stop_grace = setup.stop_grace;
+  options.collectives_at_world_size_1 = setup.collectives_at_world_size_1;
   return options;
 }
 

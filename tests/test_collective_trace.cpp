@@ -108,6 +108,202 @@ TEST(CollectiveTrace, ATimeoutNamesTheRankThatNeverArrived) {
   EXPECT_EQ(rc, 0);
 }
 
+// ---- the wrapper forwards every c10d::Backend virtual (review finding 9) ----------------------
+
+namespace {
+
+// Records each virtual that reaches it; returns a work of its own (or nothing) where one is due.
+class RecordingBackend : public c10d::Backend {
+ public:
+  RecordingBackend() : c10d::Backend(0, 1) {}
+  mutable std::vector<std::string> calls;
+  c10::intrusive_ptr<c10d::Work> work(const std::string& name) const {
+    calls.push_back(name);
+    return c10::make_intrusive<c10d::Work>();
+  }
+  void note(const std::string& name) const { calls.push_back(name); }
+
+  const std::string getBackendName() const override { return "recording"; }
+  bool supportsSplitting() const override { return note("supportsSplitting"), true; }
+  bool supportsCoalescing() const override { return note("supportsCoalescing"), true; }
+  bool supportsTimeEstimation() const override { return note("supportsTimeEstimation"), true; }
+  bool supportsShrinking() const override { return note("supportsShrinking"), true; }
+  bool supportsTensorAlloc(c10::DeviceIndex) override { return note("supportsTensorAlloc"), true; }
+  c10::intrusive_ptr<Backend> shrink(const std::vector<int64_t>&, int, const c10::intrusive_ptr<Options>&) override {
+    return note("shrink"), nullptr;
+  }
+  c10::intrusive_ptr<Backend> split(const c10::intrusive_ptr<c10d::Store>&, const std::vector<int>&,
+                                    const c10::intrusive_ptr<Options>&) override {
+    return note("split"), nullptr;
+  }
+  c10::intrusive_ptr<Backend> merge(const c10::intrusive_ptr<c10d::Store>&, const c10::intrusive_ptr<Options>&,
+                                    const int&, const int&) override {
+    return note("merge"), nullptr;
+  }
+  void setTimeout(std::chrono::milliseconds) override { note("setTimeout"); }
+  void startCoalescing() override { note("startCoalescing"); }
+  c10::intrusive_ptr<c10d::Work> endCoalescing() override { return work("endCoalescing"); }
+  c10::intrusive_ptr<Options> getBackendOptions() override {
+    return note("getBackendOptions"), c10::make_intrusive<Options>("recording");
+  }
+  c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>&, const c10d::BroadcastOptions&) override {
+    return work("broadcast");
+  }
+  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>&, const c10d::AllreduceOptions&) override {
+    return work("allreduce");
+  }
+  c10::intrusive_ptr<c10d::Work> allreduce_sparse(std::vector<at::Tensor>&, const c10d::AllreduceOptions&) override {
+    return work("allreduce_sparse");
+  }
+  c10::intrusive_ptr<c10d::Work> allreduce_coalesced(std::vector<at::Tensor>&,
+                                                     const c10d::AllreduceCoalescedOptions&) override {
+    return work("allreduce_coalesced");
+  }
+  c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>&, const c10d::ReduceOptions&) override {
+    return work("reduce");
+  }
+  c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>&, std::vector<at::Tensor>&,
+                                           const c10d::AllgatherOptions&) override {
+    return work("allgather");
+  }
+  c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor&, at::Tensor&, const c10d::AllgatherOptions&) override {
+    return work("_allgather_base");
+  }
+  c10::intrusive_ptr<c10d::Work> allgather_coalesced(std::vector<std::vector<at::Tensor>>&, std::vector<at::Tensor>&,
+                                                     const c10d::AllgatherOptions&) override {
+    return work("allgather_coalesced");
+  }
+  c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(std::vector<at::Tensor>&, std::vector<at::Tensor>&,
+                                                                 const c10d::AllgatherOptions&) override {
+    return work("allgather_into_tensor_coalesced");
+  }
+  c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>&, std::vector<at::Tensor>&,
+                                        const c10d::GatherOptions&) override {
+    return work("gather");
+  }
+  c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>&, std::vector<std::vector<at::Tensor>>&,
+                                         const c10d::ScatterOptions&) override {
+    return work("scatter");
+  }
+  c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor>&, std::vector<std::vector<at::Tensor>>&,
+                                                const c10d::ReduceScatterOptions&) override {
+    return work("reduce_scatter");
+  }
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(at::Tensor&, at::Tensor&,
+                                                      const c10d::ReduceScatterOptions&) override {
+    return work("_reduce_scatter_base");
+  }
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(std::vector<at::Tensor>&, std::vector<at::Tensor>&,
+                                                                 const c10d::ReduceScatterOptions&) override {
+    return work("reduce_scatter_tensor_coalesced");
+  }
+  c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor&, at::Tensor&, std::vector<int64_t>&, std::vector<int64_t>&,
+                                               const c10d::AllToAllOptions&) override {
+    return work("alltoall_base");
+  }
+  c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>&, std::vector<at::Tensor>&,
+                                          const c10d::AllToAllOptions&) override {
+    return work("alltoall");
+  }
+  void monitoredBarrier(const c10d::BarrierOptions&, bool) override { note("monitoredBarrier"); }
+  void setSequenceNumberForGroup() override { note("setSequenceNumberForGroup"); }
+  uint64_t getSequenceNumberForGroup() override { return note("getSequenceNumberForGroup"), 7; }
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>&, int, int) override { return work("send"); }
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>&, int, int) override { return work("recv"); }
+  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>&, int) override { return work("recvAnysource"); }
+  c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions&) override { return work("barrier"); }
+  void registerOnCompletionHook(std::function<void(std::shared_ptr<c10d::WorkInfo>)>&&) override {
+    note("registerOnCompletionHook");
+  }
+  void waitForPendingWorks() override { note("waitForPendingWorks"); }
+  void enableCollectivesTiming() override { note("enableCollectivesTiming"); }
+  void setGroupUid(const std::string& uid) override {
+    c10d::Backend::setGroupUid(uid);
+    note("setGroupUid");
+  }
+  void eagerConnectSingleDevice(at::Device) override { note("eagerConnectSingleDevice"); }
+  c10d::ErrorType getError() override { return note("getError"), c10d::ErrorType::COMM_ERROR; }
+  std::shared_ptr<c10::Allocator> getMemAllocator() override { return note("getMemAllocator"), nullptr; }
+  at::Tensor allocateTensor(long size, at::TensorOptions options) override {  // NOLINT(google-runtime-int)
+    return note("allocateTensor"), torch::empty({size}, options);
+  }
+  void abort() override { note("abort"); }
+  void shutdown() override { note("shutdown"); }
+};
+
+}  // namespace
+
+// A user's pg.backend().X() reaches c10d's backend for every virtual of c10d::Backend (torch 2.11's
+// list), not the base class's silent no-op (abort, shutdown, eager connect) or its "does not support".
+TEST(CollectiveCheck, TheWrapperPassesEveryBackendCallToTheBackendItWraps) {
+  auto inner = c10::make_intrusive<RecordingBackend>();
+  ddp::CheckedBackend::Hooks hooks;
+  hooks.fail = [](const std::string& what, double, const std::string& why) { throw ddp::Error(what + ": " + why); };
+  auto wrapper = c10::make_intrusive<ddp::CheckedBackend>(inner, nullptr, std::chrono::seconds(5), "here", hooks);
+  c10d::Backend& b = *wrapper;  // through the base class, as a user holding pg.backend() calls it
+  std::vector<at::Tensor> ts{torch::ones({2})}, ts2{torch::ones({2})};
+  std::vector<std::vector<at::Tensor>> lists{{torch::ones({2})}};
+  at::Tensor one = torch::ones({2}), two = torch::ones({2});
+  std::vector<int64_t> splits;
+  std::vector<std::string> expected;
+  auto call = [&](const std::string& name, const std::function<void()>& f) {
+    expected.push_back(name);
+    f();
+  };
+  call("supportsSplitting", [&] { EXPECT_TRUE(b.supportsSplitting()); });
+  call("supportsCoalescing", [&] { EXPECT_TRUE(b.supportsCoalescing()); });
+  call("supportsTimeEstimation", [&] { EXPECT_TRUE(b.supportsTimeEstimation()); });
+  call("supportsShrinking", [&] { EXPECT_TRUE(b.supportsShrinking()); });
+  call("supportsTensorAlloc", [&] { EXPECT_TRUE(b.supportsTensorAlloc(0)); });
+  call("shrink", [&] { b.shrink({1}); });
+  call("split", [&] { b.split(nullptr, {0}, nullptr); });
+  call("merge", [&] { b.merge(nullptr, nullptr, 0, 1); });
+  call("setTimeout", [&] { b.setTimeout(std::chrono::seconds(3)); });
+  call("startCoalescing", [&] { b.startCoalescing(); });
+  call("endCoalescing", [&] { EXPECT_TRUE(b.endCoalescing()); });
+  call("getBackendOptions", [&] { EXPECT_EQ(b.getBackendOptions()->backend, "recording"); });
+  call("broadcast", [&] { b.broadcast(ts); });
+  call("allreduce", [&] { b.allreduce(ts); });
+  call("allreduce_sparse", [&] { b.allreduce_sparse(ts); });
+  call("allreduce_coalesced", [&] { b.allreduce_coalesced(ts); });
+  call("reduce", [&] { b.reduce(ts); });
+  call("allgather", [&] { b.allgather(lists, ts); });
+  call("_allgather_base", [&] { b._allgather_base(one, two); });
+  call("allgather_coalesced", [&] { b.allgather_coalesced(lists, ts); });
+  call("allgather_into_tensor_coalesced", [&] { b.allgather_into_tensor_coalesced(ts, ts2); });
+  call("gather", [&] { b.gather(lists, ts); });
+  call("scatter", [&] { b.scatter(ts, lists); });
+  call("reduce_scatter", [&] { b.reduce_scatter(ts, lists); });
+  call("_reduce_scatter_base", [&] { b._reduce_scatter_base(one, two); });
+  call("reduce_scatter_tensor_coalesced", [&] { b.reduce_scatter_tensor_coalesced(ts, ts2); });
+  call("alltoall_base", [&] { b.alltoall_base(one, two, splits, splits); });
+  call("alltoall", [&] { b.alltoall(ts, ts2); });
+  call("monitoredBarrier", [&] { b.monitoredBarrier(c10d::BarrierOptions(), true); });
+  call("setSequenceNumberForGroup", [&] { b.setSequenceNumberForGroup(); });
+  call("getSequenceNumberForGroup", [&] { EXPECT_EQ(b.getSequenceNumberForGroup(), 7u); });
+  call("send", [&] { b.send(ts, 0, 1); });
+  call("recv", [&] { b.recv(ts, 0, 1); });
+  call("recvAnysource", [&] { b.recvAnysource(ts, 1); });
+  call("barrier", [&] { b.barrier(); });
+  call("registerOnCompletionHook", [&] { b.registerOnCompletionHook([](std::shared_ptr<c10d::WorkInfo>) {}); });
+  call("waitForPendingWorks", [&] { b.waitForPendingWorks(); });
+  call("enableCollectivesTiming", [&] { b.enableCollectivesTiming(); });
+  call("setGroupUid", [&] { b.setGroupUid("g7"); });
+  call("eagerConnectSingleDevice", [&] { b.eagerConnectSingleDevice(at::Device(at::kCPU)); });
+  call("getError", [&] { EXPECT_EQ(b.getError(), c10d::ErrorType::COMM_ERROR); });
+  call("getMemAllocator", [&] { b.getMemAllocator(); });
+  call("allocateTensor", [&] { EXPECT_EQ(b.allocateTensor(3).numel(), 3); });
+  call("abort", [&] { b.abort(); });
+  call("shutdown", [&] { b.shutdown(); });
+  EXPECT_EQ(inner->calls, expected);
+  EXPECT_EQ(b.getBackendName(), "recording");
+  EXPECT_EQ(b.getGroupUid(), "g7");
+  EXPECT_EQ(inner->getGroupUid(), "g7");
+  // The collectives among them were numbered (the 16 collective ops, the monitored barrier and the barrier);
+  // endCoalescing's work is filed under the block's last number, the point-to-point calls under none.
+  EXPECT_EQ(wrapper->issued(), 18);
+}
+
 }  // namespace collective_trace_tests
 
 // The collective check (collective_check.h, ProcessGroupOptions::check_collectives): ranks that

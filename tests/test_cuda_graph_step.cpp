@@ -1,9 +1,14 @@
 // ddp::CudaGraphStep on a machine without a GPU: every refusal, with the fix it names; the course's
 // --cuda-graph reaching the library's message on the CPU. What the graph computes is proven on a GPU
 // (test_gpu_graph.cpp, label gpu); Adadelta's learning rate in a device tensor in test_adadelta.cpp.
+// Also on the CPU: DDP's gradient streams against the capture stream (made-up stream values), and a
+// replay that never ends failing at the collective timeout (a 1-rank Gloo group's host wait).
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <chrono>
+#include <cstdio>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -14,6 +19,8 @@
 #include "ddp/adadelta.h"
 #include "ddp/cuda_graph_step.h"
 #include "ddp/error.h"
+#include "ddp/process_group.h"
+#include "multiprocess.h"
 
 namespace {
 
@@ -113,4 +120,72 @@ TEST(CudaGraphStep, TrainerRefusesTheCpuWithTheLibrarysMessage) {
   fp16.precision = "fp16";
   const auto context = ddpw::capture_context(fp16, torch::Device(torch::kCUDA, 0), nullptr);
   EXPECT_TRUE(context.grad_scaler && context.autocast && context.backend.empty());
+}
+
+// DDP's gradient accumulators run on the stream that was current when DDP was built; a capture on
+// another stream fails on the GPU (review finding 1). The comparison, with stream values made up
+// on the CPU (c10::Stream needs no CUDA to exist): the hooks on the capture stream pass; one on the
+// default stream, or on the same stream id of another GPU, is refused naming the fix; gradient
+// streams without a capture stream are refused before any stream is made.
+TEST(CudaGraphStep, RefusesDdpBuiltOnAnotherStreamThanTheCaptureOne) {
+  const c10::Stream default_stream(c10::Stream::UNSAFE, c10::Device(c10::kCUDA, 0), 0);
+  const c10::Stream side(c10::Stream::UNSAFE, c10::Device(c10::kCUDA, 0), 35);
+  const c10::Stream other_gpu(c10::Stream::UNSAFE, c10::Device(c10::kCUDA, 1), 35);
+  EXPECT_NO_THROW(ddp::CudaGraphStep::check_streams({side, side, side}, side));
+  EXPECT_NO_THROW(ddp::CudaGraphStep::check_streams({}, side));
+  const std::string on_default = error_of([&] { ddp::CudaGraphStep::check_streams({side, default_stream}, side); });
+  EXPECT_TRUE(contains(on_default, "DDP's gradient hooks run on stream 0 on device cuda:0")) << on_default;
+  EXPECT_TRUE(contains(on_default, "captured on stream 35 on device cuda:0")) << on_default;
+  EXPECT_TRUE(contains(on_default, "build DDP under the capture stream")) << on_default;
+  EXPECT_FALSE(error_of([&] { ddp::CudaGraphStep::check_streams({other_gpu}, side); }).empty());
+
+  Net net;
+  ddp::Adadelta adadelta(net.params(), 1.0);
+  auto context = on_gpu();
+  context.gradient_streams = {default_stream};
+  const std::string no_stream = error_of([&] { ddp::CudaGraphStep::check(context, adadelta); });
+  EXPECT_TRUE(contains(no_stream, "CudaGraphStep::capture_stream(device)")) << no_stream;
+  context.stream = side;
+  EXPECT_TRUE(contains(error_of([&] { ddp::CudaGraphStep::check(context, adadelta); }), "stream 0 on device cuda:0"));
+  context.gradient_streams = {side, side};
+  EXPECT_NO_THROW(ddp::CudaGraphStep::check(context, adadelta));
+
+  // On the CPU there is no stream to capture on: the CPU's own, which check() refuses as the CPU.
+  EXPECT_EQ(ddp::CudaGraphStep::capture_stream(torch::kCPU), c10::Stream(c10::Stream::DEFAULT, torch::kCPU));
+}
+
+// A replay's collectives have no NCCL watchdog (review finding 3): each replay is waited for
+// through the group's timed host wait, one replay behind. Here a replay that never ends (a work
+// that never completes, as an event behind a stalled peer's kernel) meets a 1-rank Gloo group's
+// wait_on_host with a 0.4 s collective timeout: the next step's call fails after the timeout,
+// naming the replay, instead of blocking; the newest replay is not waited for until asked.
+TEST(CudaGraphStep, AReplayThatNeverEndsFailsAtTheCollectiveTimeout) {
+  ddp_test::RankSetup setup;
+  setup.n = 1;
+  setup.timeout = std::chrono::milliseconds(400);
+  const int rc = ddp_test::run_ranks(setup, [](int, std::shared_ptr<ddp::ProcessGroup> pg) {
+    int waits = 0;
+    ddp::ReplayWaits replays([&](const c10::intrusive_ptr<c10d::Work>& work, const std::string& what) {
+      ++waits;
+      pg->wait_on_host(work, what);
+    });
+    bool ok = true;
+    replays.after(c10::make_intrusive<ddp::PolledWork>([] { return true; }));  // ended
+    replays.after(c10::make_intrusive<ddp::PolledWork>([] { return true; }));  // waits for the first
+    ok = ok && waits == 1 && replays.queued() == 1;
+    replays.all();
+    ok = ok && waits == 2 && replays.queued() == 0;
+    replays.after(c10::make_intrusive<ddp::PolledWork>([] { return false; }));  // never ends
+    ok = ok && waits == 2 && replays.queued() == 1;  // queued, not waited for: the GPU keeps its lead
+    const auto start = std::chrono::steady_clock::now();
+    const std::string stalled = error_of([&] {
+      replays.after(c10::make_intrusive<ddp::PolledWork>([] { return true; }));  // the next step's replay
+    });
+    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::printf("after %.2f s: %s\n", waited, stalled.c_str());
+    ok = ok && contains(stalled, "CUDA graph replay 3") && contains(stalled, "collective timeout") && waited >= 0.4 &&
+         waited < 5;
+    return ok ? 0 : 1;
+  });
+  EXPECT_EQ(rc, 0);
 }

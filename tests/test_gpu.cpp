@@ -91,8 +91,9 @@ TEST(Gpu, NcclBarrierBlocksTheHostUntilQueuedWorkIsDone) {
 #endif
 }
 
-// One rank, NCCL: DDP (several buckets, .grad as bucket views, an allreduce of one rank) trains
-// bit for bit like the same model without any process group.
+// One rank, NCCL: DDP (several buckets, .grad as bucket views, an allreduce of one rank: kept at
+// world size 1, so NCCL runs in every step) trains bit for bit like the same model without any
+// process group.
 TEST(Gpu, OneRankOnNcclTrainsBitIdenticallyToPlainTraining) {
   REQUIRE_GPUS(1);
   TempDir dir;
@@ -105,6 +106,7 @@ TEST(Gpu, OneRankOnNcclTrainsBitIdenticallyToPlainTraining) {
   ASSERT_GE(ddp_model.bucket_count(), 3u);
   auto sgd = torch::optim::SGDOptions(0.05).momentum(0.9);
   torch::optim::SGD opt(model->parameters(), sgd), ref_opt(reference->parameters(), sgd);
+  const int64_t issued_before = collectives_issued(*pg);
   for (int step = 0; step < 20; ++step) {
     auto [x, y] = ddp_scenarios::batch(step, device);
     opt.zero_grad(step % 2 == 0);  // both ways of zeroing: to None, and in place in the buckets
@@ -120,6 +122,8 @@ TEST(Gpu, OneRankOnNcclTrainsBitIdenticallyToPlainTraining) {
         << "parameter " << i << " differs by " << (params[i] - ref_params[i]).abs().max().item<double>();
   EXPECT_FALSE(torch::equal(params[0], ddp_scenarios::make_mlp(5, false, device)->parameters()[0]))
       << "nothing trained";
+  EXPECT_EQ(collectives_issued(*pg) - issued_before, 20 * static_cast<int64_t>(ddp_model.bucket_count()))
+      << "one NCCL allreduce per bucket per step";
 }
 
 // ---- two ranks on one GPU ---------------------------------------------------------------------

@@ -1,12 +1,16 @@
 // ddp::CudaGraphStep on a GPU: the replayed step ends where the same steps run eagerly end (bit for
 // bit, deterministic kernels, dropout included), on one NCCL rank through DistributedDataParallel;
 // a learning rate set between replays moves inside the graph; the last, partial batch runs eagerly
-// (or is refused when asked). One rank sends no allreduce (world size 1: the identity): the NCCL
-// collectives inside a capture are exercised only by TwoNcclRanks... (two GPUs; skipped on one).
+// (or is refused when asked). The one rank keeps its allreduces (ProcessGroupOptions::
+// collectives_at_world_size_1: a one-rank NCCL communicator), so the capture holds NCCL collectives
+// on one GPU too; TwoNcclRanks... (two GPUs; skipped on one) adds peers. DDP is built under the
+// capture stream (CudaGraphStep::capture_stream), each replay is waited for through the group.
 // Without a GPU every test is skipped. Its refusals are unit tests (test_cuda_graph_step.cpp).
 #include <ATen/Context.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
+
+#include <c10/core/StreamGuard.h>
 
 #include <cstdint>
 #include <cstdio>
@@ -57,11 +61,17 @@ GraphRun train_graph_net(const std::shared_ptr<ddp::ProcessGroup>& pg, torch::De
   torch::manual_seed(3);  // the weights, and the CUDA generator the dropout draws from
   GraphNet net;
   net->to(device);
-  ddp::DistributedDataParallel ddp_model(net, pg);
+  // DDP's gradient hooks on the stream the step is captured on.
+  const c10::Stream capture_stream = ddp::CudaGraphStep::capture_stream(device);
+  std::unique_ptr<ddp::DistributedDataParallel<GraphNet>> ddp_model;
+  {
+    c10::StreamGuard on_capture_stream(capture_stream);
+    ddp_model = std::make_unique<ddp::DistributedDataParallel<GraphNet>>(net, pg);
+  }
   ddp::Adadelta optimizer(net->parameters(), 1.0);
   auto step = [&](const torch::Tensor& x, const torch::Tensor& y) {
     optimizer.zero_grad();
-    auto loss = torch::nll_loss(ddp_model(x), y);
+    auto loss = torch::nll_loss((*ddp_model)(x), y);
     loss.backward();
     optimizer.step();
     return loss;
@@ -69,6 +79,9 @@ GraphRun train_graph_net(const std::shared_ptr<ddp::ProcessGroup>& pg, torch::De
   ddp::CaptureContext context;
   context.device = device;
   context.backend = pg->backend_name();
+  context.stream = capture_stream;
+  context.gradient_streams = ddp_model->gradient_streams();
+  context.process_group = pg.get();
   ddp::CudaGraphStep graphed(step, optimizer, context, {.warmup_steps = warmup_steps});
   auto data = torch::make_generator<at::CPUGeneratorImpl>(data_seed);
   GraphRun run;
@@ -77,7 +90,9 @@ GraphRun train_graph_net(const std::shared_ptr<ddp::ProcessGroup>& pg, torch::De
     const auto x = torch::randn({n, 1, 8, 8}, data).to(device);
     const auto y = torch::randint(0, 10, {n}, data, torch::kLong).to(device);
     if (i == 6) optimizer.param_groups()[0].options().set_lr(0.5);
-    run.losses.push_back(graphed(x, y).item<double>());
+    const torch::Tensor loss = graphed(x, y);
+    graphed.wait_for_replays();  // before the host reads it: the timed wait
+    run.losses.push_back(loss.item<double>());
   }
   for (const auto& p : net->parameters()) run.params.push_back(p.detach().cpu());
   run.replays = graphed.replays();
@@ -188,4 +203,40 @@ TEST(GpuGraph, TwoNcclRanksReplayTheAllreducesLikeEagerSteps) {
                                   return wrong == 0 ? 0 : 1;
                                 }),
             0);
+}
+
+// DDP built on the default stream, as before the fix: its retained accumulators' streams (read from
+// the autograd nodes themselves) are the default stream, and the step is refused before any
+// capture, naming the fix; built under the capture stream, they are that stream.
+TEST(GpuGraph, DdpBuiltOnAnotherStreamIsRefusedBeforeTheCapture) {
+  REQUIRE_GPUS(1);
+  const torch::Device device(torch::kCUDA, 0);
+  gpu_test::TempDir dir;
+  auto pg = gpu_test::nccl_group_of_one(dir, device);
+  GraphNet net;
+  net->to(device);
+  ddp::DistributedDataParallel on_default(net, pg);
+  ddp::Adadelta optimizer(net->parameters(), 1.0);
+  ddp::CaptureContext context;
+  context.device = device;
+  context.backend = pg->backend_name();
+  context.stream = ddp::CudaGraphStep::capture_stream(device);
+  context.gradient_streams = on_default.gradient_streams();
+  ASSERT_FALSE(context.gradient_streams.empty());
+  EXPECT_EQ(context.gradient_streams[0], c10::Stream(c10::Stream::DEFAULT, device));
+  auto step = [](const torch::Tensor& x, const torch::Tensor&) { return x.sum(); };
+  try {
+    ddp::CudaGraphStep graphed(step, optimizer, context);
+    ADD_FAILURE() << "DDP on the default stream was not refused";
+  } catch (const ddp::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("build DDP under the capture stream"), std::string::npos) << e.what();
+  }
+  GraphNet other;
+  other->to(device);
+  std::unique_ptr<ddp::DistributedDataParallel<GraphNet>> on_capture;
+  {
+    c10::StreamGuard guard(*context.stream);
+    on_capture = std::make_unique<ddp::DistributedDataParallel<GraphNet>>(other, pg);
+  }
+  for (const auto& s : on_capture->gradient_streams()) EXPECT_EQ(s, *context.stream);
 }

@@ -1,5 +1,5 @@
-// Whether ranks may share a GPU, from every rank's (host, PCI bus id): refused only for NCCL, and
-// decided by the physical GPU, not by the "cuda:N" each rank sees.
+// Whether ranks may share a GPU, from every rank's (host, PCI bus id, machine id): refused only for
+// NCCL, and decided by the physical GPU, not by the "cuda:N" each rank sees.
 #include <gtest/gtest.h>
 
 #include "ddp/detail/gpu_sharing.h"
@@ -67,6 +67,20 @@ TEST(GpuSharing, EverySharedGpuIsNamed) {
   EXPECT_EQ(shared[1].ranks, (std::vector<int>{2, 3}));
   const auto v = ddp::judge_gpu_sharing("nccl", claims);
   EXPECT_TRUE(contains(v.what, "ranks 0-1,6 on GPU 0000:3b:00.0 of n1; ranks 2-3 on GPU 0000:3b:00.0 of n2")) << v.what;
+}
+
+// Containers on two nodes with one host name (a fixed --hostname, identical pod names) and GPUs at
+// the same bus id: two machines, as NCCL tells them apart (host name + boot id, or NCCL_HOSTID),
+// so not refused. The same boot id is one machine: refused. Both claims with no id: the host decides.
+TEST(GpuSharing, OneHostNameOnTwoMachinesIsTwoMachines) {
+  const std::string boot1 = "5f1c2a0e-1d2b-4c3a-9e8f-000000000001", boot2 = "5f1c2a0e-1d2b-4c3a-9e8f-000000000002";
+  const std::vector<ddp::GpuClaim> two_machines{{"trainer", kGpuA, boot1}, {"trainer", kGpuA, boot2}};
+  EXPECT_TRUE(ddp::shared_gpus(two_machines).empty());
+  EXPECT_FALSE(ddp::judge_gpu_sharing("nccl", two_machines).refused);
+  const std::vector<ddp::GpuClaim> one_machine{{"trainer", kGpuA, boot1}, {"trainer", kGpuA, boot1}};
+  EXPECT_TRUE(ddp::judge_gpu_sharing("nccl", one_machine).refused);
+  const std::vector<ddp::GpuClaim> unknown{{"trainer", kGpuA, ""}, {"trainer", kGpuA, ""}};
+  EXPECT_TRUE(ddp::judge_gpu_sharing("nccl", unknown).refused);
 }
 
 TEST(GpuSharing, RanksTextIsCompact) {

@@ -5,7 +5,9 @@
 //   * ZeRO-1 and ZeRO-2, two ranks over Gloo: equal DDP + LibTorch's AdamW within 1e-9 (float64), Adam's
 //     moments slice by slice (the CPU scenarios, zero_scenarios.h, on the device), also with clipping
 //     by the global norm, no_sync accumulation, gradients zeroed in place, and synced accumulation;
-//   * one NCCL rank, ZeRO-2 with clipping: equals LibTorch's AdamW on the whole model;
+//   * one NCCL rank, ZeRO-2 with clipping: equals LibTorch's AdamW on the whole model, its collectives
+//     on NCCL (kept at world size 1);
+//   * two and four NCCL ranks (a GPU each; skipped with fewer): ZeRO-1 and ZeRO-2 equal DDP, as above;
 //   * a ZeRO step on one NCCL rank never makes the host wait for the GPU; clipping waits exactly once
 //     (the global norm's read);
 //   * a sharded snapshot written by two ranks on the GPU resumes bit for bit (weights, moments, step
@@ -91,12 +93,15 @@ TEST(GpuZero, Zero2SyncedAccumulationOnOneGpuOverGlooEqualsDdp) {
 
 // ---- one NCCL rank ------------------------------------------------------------------------------
 
+// The reduce-scatters, the all-gathers and the clipping norm's allreduce run on NCCL (kept at world
+// size 1: ProcessGroupOptions::collectives_at_world_size_1).
 TEST(GpuZero, OneNcclRankZero2ClippedEqualsLibTorchAdamW) {
   REQUIRE_GPUS(1);
   ddp_test::RankSetup setup;
   setup.n = 1;
   setup.device = "cuda";
   setup.backend = "nccl";
+  setup.collectives_at_world_size_1 = true;
   EXPECT_EQ(ddp_test::run_ranks(
                 setup,
                 [](int, auto pg) { return zero_scenarios::one_rank_equals_libtorch_adamw(pg, zero_scenarios::kClip); }),
@@ -135,6 +140,42 @@ TEST(GpuZero, ZeroStepDoesNotSynchronizeAndClippingOnce) {
     }
   }
   pg.reset();
+}
+
+// ---- NCCL ranks, one GPU each -----------------------------------------------------------------
+
+namespace {
+
+int zero_on_nccl(int ranks, zero_scenarios::Variant v) {
+  ddp_test::RankSetup setup;
+  setup.n = ranks;
+  setup.device = "cuda";  // the local rank's GPU
+  setup.backend = "nccl";
+  return ddp_test::run_ranks(setup, [v](int rank, auto pg) { return zero_scenarios::zero_equals_ddp(rank, pg, v); });
+}
+
+}  // namespace
+
+// The CPU scenarios over NCCL: the reduce-scatter straight into the gradient slice (ZeRO-2), the
+// in-place all-gather of the parameters, the clipping norm's allreduce, each on NCCL's stream.
+TEST(GpuZero, Zero1TwoNcclRanksEqualsDdp) {
+  REQUIRE_GPUS(2);
+  EXPECT_EQ(zero_on_nccl(2, {1, 1, 0}), 0);
+}
+
+TEST(GpuZero, Zero2TwoNcclRanksNoSyncClippedEqualsDdp) {
+  REQUIRE_GPUS(2);
+  EXPECT_EQ(zero_on_nccl(2, {2, 3, zero_scenarios::kClip}), 0);
+}
+
+TEST(GpuZero, Zero2TwoNcclRanksSyncedAccumulationEqualsDdp) {
+  REQUIRE_GPUS(2);
+  EXPECT_EQ(zero_on_nccl(2, {2, 2, zero_scenarios::kClip, true, false}), 0);
+}
+
+TEST(GpuZero, Zero2FourNcclRanksEqualsDdp) {
+  REQUIRE_GPUS(4);
+  EXPECT_EQ(zero_on_nccl(4, {2, 1, 0}), 0);
 }
 
 // ---- sharded snapshots on the GPU ------------------------------------------------------------------

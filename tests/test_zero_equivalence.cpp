@@ -14,6 +14,7 @@
 #include <string>
 #include <thread>
 
+#include "ddp/detail/collective_check.h"  // defines: CheckedBackend (its count of the collectives)
 #include "ddp/distributed_data_parallel.h"
 #include "ddp/sharded_adamw.h"
 #include "ddp/timeline.h"
@@ -75,6 +76,64 @@ TEST(ZeroEquivalence, EachRankHoldsItsShareOfTheState) {
 
 TEST(ZeroEquivalence, OneRankEqualsLibTorchAdamW) {
   EXPECT_EQ(ddp_test::run_ranks(1, [](int, auto pg) { return one_rank_equals_libtorch_adamw(pg); }), 0);
+}
+
+// World size 1: the wrappers skip their per-step collectives (one rank's sum is its own tensors),
+// unless ProcessGroupOptions::collectives_at_world_size_1 keeps them, as the one-GPU NCCL tests do
+// to run NCCL in the step. Counted per training step by the group's numbered backend (Gloo here):
+// DDP one allreduce per bucket, ZeRO-1 an allreduce and ZeRO-2 a reduce-scatter per bucket, and
+// both an all-gather of the parameters per bucket after the step; none without the switch. With
+// the switch DDP still trains bit for bit as one process, and ZeRO-2 (clipped) as LibTorch's AdamW.
+TEST(WorldSizeOne, TheSwitchKeepsEveryPerStepCollective) {
+  for (const bool keep : {false, true}) {
+    ddp_test::RankSetup setup;
+    setup.n = 1;
+    setup.collectives_at_world_size_1 = keep;
+    setup.phase = keep ? "kept" : "skipped";
+    const int rc = ddp_test::run_ranks(setup, [keep](int, std::shared_ptr<ddp::ProcessGroup> pg) {
+      const auto& numbered = dynamic_cast<const ddp::CheckedBackend&>(pg->backend());
+      bool ok = pg->skips_collectives() == !keep;
+      auto count_steps = [&](const std::string& what, size_t buckets, int64_t per_bucket,
+                             const std::function<void(int)>& step) {
+        for (int s = 0; s < 3; ++s) {
+          const int64_t before = numbered.issued();
+          step(s);
+          const int64_t issued = numbered.issued() - before;
+          const int64_t expected = keep ? per_bucket * static_cast<int64_t>(buckets) : 0;
+          std::printf("%s, step %d: %lld collectives (%zu buckets; expected %lld)\n", what.c_str(), s,
+                      static_cast<long long>(issued), buckets, static_cast<long long>(expected));
+          ok = ok && issued == expected;
+        }
+      };
+      auto net = make_mlp(5);
+      ddp::DdpOptions options;
+      options.bucket_mb = 0.02;
+      ddp::DistributedDataParallel ddp_model(net, pg, options);
+      torch::optim::SGD sgd(net->parameters(), 0.01);
+      count_steps("DDP", ddp_model.bucket_count(), 1, [&](int s) {
+        auto [x, y] = batch(s);
+        sgd.zero_grad();
+        torch::mse_loss(ddp_model(x), y).backward();
+        sgd.step();
+      });
+      for (const int stage : {1, 2}) {
+        auto zero_net = make_mlp(6);
+        ddp::ZeroDataParallel<MlpImpl> zero(zero_net, pg, {stage, 0.02, true});
+        ddp::ShardedAdamW optimizer(zero, kAdam);
+        count_steps("ZeRO-" + std::to_string(stage), zero.bucket_count(), 2, [&](int s) {
+          auto [x, y] = batch(s);
+          optimizer.zero_grad();
+          torch::mse_loss(zero->forward(x), y).backward();
+          optimizer.step();
+        });
+      }
+      if (keep)
+        ok = ok && ddp_scenarios::train_and_compare(0, pg, 3, false, 0.0) == 0 &&
+             one_rank_equals_libtorch_adamw(pg, kClip) == 0;
+      return ok ? 0 : 1;
+    });
+    EXPECT_EQ(rc, 0) << (keep ? "with" : "without") << " the switch";
+  }
 }
 
 bool fails_with(const std::function<void()>& f, const char* expected) {

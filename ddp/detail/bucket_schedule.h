@@ -65,6 +65,8 @@ class BucketSchedule : public GradientSyncSwitch {
   bool requires_gradient_sync() const override { return sync_enabled_; }
   bool in_backward() const { return in_backward_; }  // a synced pass runs: its end is still to come
   size_t bucket_count() const { return pending_.size(); }
+  // The streams the gradient hooks run on (GradientHooks::streams).
+  std::vector<c10::Stream> gradient_streams() const { return hooks_->streams(); }
 
   // From Steps::finish with fill_missing: the parameters without a gradient in this pass go into
   // their buckets too (put), and the buckets they complete are sent. Nothing if all were sent.

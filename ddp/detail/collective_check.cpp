@@ -129,7 +129,11 @@ CheckedBackend::CheckedBackend(c10::intrusive_ptr<c10d::Backend> inner, c10::int
       helper_(std::move(helper)),
       timeout_(timeout),
       host_(std::move(host)),
-      hooks_(std::move(hooks)) {}
+      hooks_(std::move(hooks)) {
+  setBoundDeviceId(inner_->getBoundDeviceId());
+  pg_uid_ = inner_->getGroupUid();
+  pg_desc_ = inner_->getGroupDesc();
+}
 
 int64_t CheckedBackend::checked() const {
   std::lock_guard<std::mutex> lock(mutex_);
@@ -153,17 +157,20 @@ int64_t CheckedBackend::number_of(const c10d::Work& work) {
   return 0;
 }
 
+void CheckedBackend::remember(const c10::intrusive_ptr<c10d::Work>& work, int64_t seq) {
+  if (!work) return;
+  std::lock_guard<std::mutex> works_lock(works_mutex_);
+  works_.emplace_back(work.get(), seq);
+  if (works_.size() > kRemembered) works_.pop_front();
+}
+
 template <typename Describe, typename Issue>
 c10::intrusive_ptr<c10d::Work> CheckedBackend::run(const Describe& describe, const Issue& issue) {
   std::lock_guard<std::mutex> lock(mutex_);
   const int64_t seq = ++seq_;
   if (helper_) check(seq, describe());
   c10::intrusive_ptr<c10d::Work> work = issue();
-  if (work) {
-    std::lock_guard<std::mutex> works_lock(works_mutex_);
-    works_.emplace_back(work.get(), seq);
-    if (works_.size() > kRemembered) works_.pop_front();
-  }
+  remember(work, seq);
   return work;
 }
 
@@ -304,6 +311,77 @@ c10::intrusive_ptr<c10d::Work> CheckedBackend::alltoall(std::vector<at::Tensor>&
 
 c10::intrusive_ptr<c10d::Work> CheckedBackend::barrier(const c10d::BarrierOptions& opts) {
   return run([&] { return "barrier"; }, [&] { return inner_->barrier(opts); });
+}
+
+c10::intrusive_ptr<c10d::Work> CheckedBackend::allreduce_sparse(std::vector<at::Tensor>& tensors,
+                                                                const c10d::AllreduceOptions& opts) {
+  return run([&] { return "allreduce_sparse (" + op_name(opts.reduceOp) + ") of " + describe_tensors(tensors); },
+             [&] { return inner_->allreduce_sparse(tensors, opts); });
+}
+
+c10::intrusive_ptr<c10d::Work> CheckedBackend::allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs,
+                                                                               std::vector<at::Tensor>& inputs,
+                                                                               const c10d::AllgatherOptions& opts) {
+  return run(
+      [&] {
+        return "allgather_into_tensor_coalesced of " + describe_tensors(inputs) + " into " + describe_tensors(outputs);
+      },
+      [&] { return inner_->allgather_into_tensor_coalesced(outputs, inputs, opts); });
+}
+
+c10::intrusive_ptr<c10d::Work> CheckedBackend::reduce_scatter_tensor_coalesced(std::vector<at::Tensor>& outputs,
+                                                                               std::vector<at::Tensor>& inputs,
+                                                                               const c10d::ReduceScatterOptions& opts) {
+  return run(
+      [&] {
+        return "reduce_scatter_tensor_coalesced (" + op_name(opts.reduceOp) + ") of " + describe_tensors(inputs) +
+               " into " + describe_tensors(outputs);
+      },
+      [&] { return inner_->reduce_scatter_tensor_coalesced(outputs, inputs, opts); });
+}
+
+void CheckedBackend::monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) {
+  run([&] { return std::string("monitored barrier"); },
+      [&] {
+        inner_->monitoredBarrier(opts, wait_all_ranks);
+        return c10::intrusive_ptr<c10d::Work>();  // it returns when every rank came
+      });
+}
+
+c10::intrusive_ptr<c10d::Backend> CheckedBackend::shrink(
+    const std::vector<int64_t>& ranks_to_exclude, int shrink_flags,
+    const c10::intrusive_ptr<c10d::Backend::Options>& opts_override) {
+  return inner_->shrink(ranks_to_exclude, shrink_flags, opts_override);
+}
+
+c10::intrusive_ptr<c10d::Backend> CheckedBackend::split(const c10::intrusive_ptr<c10d::Store>& store,
+                                                        const std::vector<int>& ranks,
+                                                        const c10::intrusive_ptr<c10d::Backend::Options>& opts) {
+  return inner_->split(store, ranks, opts);
+}
+
+c10::intrusive_ptr<c10d::Backend> CheckedBackend::merge(const c10::intrusive_ptr<c10d::Store>& store,
+                                                        const c10::intrusive_ptr<c10d::Backend::Options>& opts,
+                                                        const int& rank, const int& size) {
+  return inner_->merge(store, opts, rank, size);
+}
+
+void CheckedBackend::startCoalescing() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  inner_->startCoalescing();
+}
+
+// The coalesced work finishes the block's collectives: filed under the block's last number.
+c10::intrusive_ptr<c10d::Work> CheckedBackend::endCoalescing() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  c10::intrusive_ptr<c10d::Work> work = inner_->endCoalescing();
+  remember(work, seq_);
+  return work;
+}
+
+void CheckedBackend::setGroupUid(const std::string& pg_uid) {
+  c10d::Backend::setGroupUid(pg_uid);
+  inner_->setGroupUid(pg_uid);
 }
 
 c10::intrusive_ptr<c10d::Work> CheckedBackend::send(std::vector<at::Tensor>& tensors, int dst, int tag) {

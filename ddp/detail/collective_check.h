@@ -120,17 +120,68 @@ class CheckedBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
                                           const c10d::AllToAllOptions& opts = c10d::AllToAllOptions()) override;
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts = c10d::BarrierOptions()) override;
+  c10::intrusive_ptr<c10d::Work> allreduce_sparse(
+      std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts = c10d::AllreduceOptions()) override;
+  c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::ReduceScatterOptions& opts = c10d::ReduceScatterOptions()) override;
+  // A barrier every rank enters (numbered and checked like one); Gloo's names the ranks that did not come.
+  void monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks = false) override;
   // Unchecked, passed through.
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst, int tag) override;
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src, int tag) override;
   c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
+
+  // Every other c10d::Backend virtual goes to the wrapped backend unchanged, as c10d's
+  // ProcessGroupWrapper does: what it supports, coalescing (the collectives between start and
+  // end are numbered one by one; the work endCoalescing returns is the inner backend's), sequence
+  // numbers, errors, abort and shutdown, eager connection, its allocator, options and hooks.
+  // split, merge and shrink return the inner backend's new backend as it is: not numbered.
+  bool supportsSplitting() const override { return inner_->supportsSplitting(); }
+  bool supportsCoalescing() const override { return inner_->supportsCoalescing(); }
+  bool supportsTimeEstimation() const override { return inner_->supportsTimeEstimation(); }
+  bool supportsShrinking() const override { return inner_->supportsShrinking(); }
+  bool supportsTensorAlloc(c10::DeviceIndex device) override { return inner_->supportsTensorAlloc(device); }
+  c10::intrusive_ptr<c10d::Backend> shrink(
+      const std::vector<int64_t>& ranks_to_exclude, int shrink_flags = 0,
+      const c10::intrusive_ptr<c10d::Backend::Options>& opts_override = nullptr) override;
+  c10::intrusive_ptr<c10d::Backend> split(const c10::intrusive_ptr<c10d::Store>& store, const std::vector<int>& ranks,
+                                          const c10::intrusive_ptr<c10d::Backend::Options>& opts) override;
+  c10::intrusive_ptr<c10d::Backend> merge(const c10::intrusive_ptr<c10d::Store>& store,
+                                          const c10::intrusive_ptr<c10d::Backend::Options>& opts, const int& rank,
+                                          const int& size) override;
+  void setTimeout(std::chrono::milliseconds timeout) override { inner_->setTimeout(timeout); }
+  void startCoalescing() override;
+  c10::intrusive_ptr<c10d::Work> endCoalescing() override;
+  c10::intrusive_ptr<c10d::Backend::Options> getBackendOptions() override { return inner_->getBackendOptions(); }
+  void setSequenceNumberForGroup() override { inner_->setSequenceNumberForGroup(); }
+  uint64_t getSequenceNumberForGroup() override { return inner_->getSequenceNumberForGroup(); }
+  void registerOnCompletionHook(std::function<void(std::shared_ptr<c10d::WorkInfo>)>&& hook) override {
+    inner_->registerOnCompletionHook(std::move(hook));
+  }
+  void waitForPendingWorks() override { inner_->waitForPendingWorks(); }
+  void enableCollectivesTiming() override { inner_->enableCollectivesTiming(); }
+  void setGroupUid(const std::string& pg_uid) override;
+  void eagerConnectSingleDevice(at::Device device) override { inner_->eagerConnectSingleDevice(device); }
+  c10d::ErrorType getError() override { return inner_->getError(); }
+  std::shared_ptr<c10::Allocator> getMemAllocator() override { return inner_->getMemAllocator(); }
+  at::Tensor allocateTensor(long size,
+                            at::TensorOptions options = {}) override {  // NOLINT(google-runtime-int): c10d's type
+    return inner_->allocateTensor(size, options);
+  }
+  void abort() override { inner_->abort(); }
+  void shutdown() override { inner_->shutdown(); }
 
  private:
   // Numbers the collective, checks it when the check is on (`describe`: its call in words), then
   // issues it (`issue`) and remembers its work's number.
   template <typename Describe, typename Issue>
   c10::intrusive_ptr<c10d::Work> run(const Describe& describe, const Issue& issue);
-  void check(int64_t seq, const std::string& call);  // throws on a mismatch or a failed check
+  void check(int64_t seq, const std::string& call);                        // throws on a mismatch or a failed check
+  void remember(const c10::intrusive_ptr<c10d::Work>& work, int64_t seq);  // for number_of
 
   c10::intrusive_ptr<c10d::Backend> inner_, helper_;
   std::chrono::milliseconds timeout_;

@@ -154,10 +154,17 @@ void EngineCore::make_buckets(const BucketStrategy::Layout& layout, BucketStrate
       .start =
           [this] {
             strategy_->start();  // first, so that a failure there leaves nothing half-sent
-            for (auto& b : buckets_) b.work.reset();
+            for (auto& b : buckets_) {
+              b.work.reset();
+              b.undivided.clear();  // a pass an exception ended may have left some
+            }
           },
       .put = [this](size_t i, size_t k, size_t slot) { put(i, k, slot); },
-      .launch = [this](size_t k) { strategy_->launch(k); },
+      .launch =
+          [this](size_t k) {
+            divide(k);
+            strategy_->launch(k);
+          },
       .wait_for_sent = [this](size_t sent, bool interrupted) { strategy_->wait_for_sent(sent, interrupted); },
       .finish = [this] { strategy_->finish(); },
   };
@@ -170,9 +177,13 @@ void EngineCore::make_buckets(const BucketStrategy::Layout& layout, BucketStrate
                                                });
 }
 
-// Average = sum over ranks of (grad / world size): Gloo has no AVG. Dividing on the way into the
-// bucket saves a pass (a division by 1 changes nothing and is skipped). After the first step .grad
-// usually is this very slice (point_grads_at). A parameter without .grad enters as zero.
+// Average = sum over ranks of (grad / world size): Gloo has no AVG. A gradient in a tensor of its
+// own is divided on its way into the bucket (the copy it needs anyway). One already in its slice
+// (.grad is the slice after point_grads_at, unless zero_grad set it to none) or missing (zero) is
+// divided when the bucket is sent: the whole bucket in one kernel when every slot is such, as after
+// zero_grad(set_to_none = false) or in no_sync's last pass, not one kernel per parameter. The same
+// division of the same values either way, so the same bits. A division by 1 changes nothing and is
+// skipped; the padding is zero and stays zero.
 void EngineCore::put(size_t i, size_t k, size_t slot) {
   FlatBucket& b = buckets_[k];
   if (!b.grads.defined()) {  // a buffer made per pass: the bucket's first gradient
@@ -183,13 +194,30 @@ void EngineCore::put(size_t i, size_t k, size_t slot) {
   torch::Tensor slice = keep_gradients_ ? b.slices[slot] : b.grads.narrow(0, b.plan.offsets[slot], params_[i].numel());
   const torch::Tensor& grad = params_[i].grad();
   const bool divide = pg_->size() > 1;
-  if (!grad.defined())
+  if (!grad.defined()) {
     slice.zero_();
-  else if (grad.data_ptr() != slice.data_ptr())
+    if (divide) b.undivided.push_back(slot);  // zero either way; counted so that the bucket can go whole
+  } else if (grad.data_ptr() != slice.data_ptr()) {
     divide ? torch::div_out(slice, grad.reshape({-1}), b.world_size) : slice.copy_(grad.reshape({-1}));
-  else if (divide)
-    slice.div_(b.world_size);
+  } else if (divide) {
+    b.undivided.push_back(slot);
+  }
   if (!keep_gradients_) params_[i].mutable_grad().reset();  // from here on the bucket holds it
+}
+
+void EngineCore::divide(size_t k) {
+  FlatBucket& b = buckets_[k];
+  if (b.undivided.empty()) return;
+  torch::NoGradGuard no_grad;
+  if (b.undivided.size() == b.plan.params.size()) {
+    b.grads.div_(b.world_size);
+  } else {
+    for (size_t slot : b.undivided) {
+      const int64_t numel = params_[b.plan.params[slot]].numel();
+      (keep_gradients_ ? b.slices[slot] : b.grads.narrow(0, b.plan.offsets[slot], numel)).div_(b.world_size);
+    }
+  }
+  b.undivided.clear();
 }
 
 // One rank's sum is the rank's own tensors: at world size 1 nothing is sent (no work). c10d's Gloo
@@ -197,7 +225,7 @@ void EngineCore::put(size_t i, size_t k, size_t slot) {
 // on the way: measured here, more than the rest of an engine's work in a small model's step.
 void EngineCore::allreduce(size_t k) {
   FlatBucket& b = buckets_[k];
-  if (pg_->size() == 1) return;
+  if (pg_->skips_collectives()) return;
   std::vector<torch::Tensor> tensors{b.grads};
   b.work = pg_->allreduce_sum_async(tensors);
   record(k, b.work, "gradient allreduce " + b.label);

@@ -55,6 +55,7 @@ struct FlatBucket {
   torch::Tensor grads;                  // [padded_numel]: the bucket's gradients (kept, or only while it fills)
   std::vector<torch::Tensor> slices;    // kept buffers: each parameter's part of grads (1-D), made once
   torch::Tensor world_size;             // 0-dim (CPU, the bucket's dtype): gradients enter divided by it
+  std::vector<size_t> undivided;        // slots put in place (or zeroed) this pass: divided when it is sent
   std::string label;                    // "(bucket 1 of 3)": names the bucket's collective in errors
   c10::intrusive_ptr<c10d::Work> work;  // its allreduce while it runs (none at world size 1)
 };
@@ -118,6 +119,7 @@ class EngineCore {
 
  private:
   void put(size_t param, size_t bucket, size_t slot);
+  void divide(size_t bucket);  // the slots put() left undivided: the whole bucket at once when all are
 
   std::shared_ptr<ProcessGroup> pg_;
   std::vector<torch::Tensor> params_;

@@ -52,13 +52,13 @@ void ForwardSync::after_forward(bool backward_will_sync) {
 }
 
 void ForwardSync::broadcast_buffers() {
-  if (pg_->size() == 1) return;  // nothing to send (as the gradient reducer)
+  if (pg_->skips_collectives()) return;  // nothing to send (as the gradient reducer)
   broadcast_buffers_from(source_ ? source_() : 0);
 }
 
 // Rank root's buffers to every rank: one flat tensor per dtype and device, one broadcast each.
 void ForwardSync::broadcast_buffers_from(int root) {
-  if (pg_->size() == 1) return;
+  if (pg_->skips_collectives()) return;
   broadcast_coalesced(buffers(), root, *pg_,
                       "broadcast of rank " + std::to_string(root) + "'s buffers before the forward");
 }

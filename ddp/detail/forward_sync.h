@@ -64,7 +64,9 @@ class ForwardSync {
   // True when the next forward through the wrapper will broadcast.
   bool will_broadcast() const;
   // True when forwards through the wrapper broadcast buffers at all (the option on, buffers there).
-  bool broadcasts_buffers() const { return enabled_ && has_buffers_ && pg_->size() > 1; }
+  bool broadcasts_buffers() const { return enabled_ && has_buffers_ && !pg_->skips_collectives(); }
+  // The streams its gradient hooks run on (GradientHooks::streams; none without buffers to check).
+  std::vector<c10::Stream> gradient_streams() const { return hooks_ ? hooks_->streams() : std::vector<c10::Stream>{}; }
 
  private:
   std::vector<torch::Tensor> buffers() const;  // the module's defined buffers, in registration order

@@ -1,6 +1,7 @@
 #include "ddp/detail/gpu_sharing.h"
 
 #include <map>
+#include <tuple>
 #include <utility>
 
 #include "ddp/setting_names.h"  // defines: setting_name, setting_value
@@ -9,11 +10,11 @@ namespace ddp {
 
 std::vector<SharedGpu> shared_gpus(const std::vector<GpuClaim>& claims) {
   std::vector<SharedGpu> gpus;  // every GPU claimed, in order of its first rank
-  std::map<std::pair<std::string, std::string>, size_t> index;
+  std::map<std::tuple<std::string, std::string, std::string>, size_t> index;
   for (size_t rank = 0; rank < claims.size(); ++rank) {
     const GpuClaim& c = claims[rank];
     if (c.bus_id.empty()) continue;  // a CPU rank shares nothing
-    auto [it, added] = index.emplace(std::make_pair(c.host, c.bus_id), gpus.size());
+    auto [it, added] = index.emplace(std::make_tuple(c.host, c.machine, c.bus_id), gpus.size());
     if (added) gpus.push_back({c.host, c.bus_id, {}});
     gpus[it->second].ranks.push_back(static_cast<int>(rank));
   }

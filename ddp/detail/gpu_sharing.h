@@ -12,10 +12,14 @@
 
 namespace ddp {
 
-// One rank's device, in rank order: its host and the PCI bus id of its GPU ("" on the CPU).
+// One rank's device, in rank order: its host, the PCI bus id of its GPU ("" on the CPU), and what
+// tells machines of one host name apart (machine_id(), host.h: NCCL_HOSTID, else the kernel's boot
+// id; "" when unknown). Ranks are on one machine when host and machine agree, as NCCL decides it:
+// containers on several nodes may share a host name (a fixed --hostname, identical pod names).
 struct GpuClaim {
   std::string host;
   std::string bus_id;
+  std::string machine = "";  // (a default: {host, bus_id} alone is a claim too)
 };
 
 // One GPU that several ranks use.

@@ -23,6 +23,13 @@ GradientHooks::GradientHooks(const std::vector<torch::Tensor>& params, std::func
 
 GradientHooks::~GradientHooks() = default;
 
+std::vector<c10::Stream> GradientHooks::streams() const {
+  std::vector<c10::Stream> out;
+  for (const auto& accumulator : accumulators_)
+    if (auto stream = accumulator->stream()) out.push_back(*stream);
+  return out;
+}
+
 std::shared_ptr<std::atomic<bool>> GradientHooks::call_at_end_of_backward(std::function<void()> on_end) {
   struct Watch {
     explicit Watch(std::shared_ptr<std::atomic<bool>> flag) : abandoned(std::move(flag)) {}

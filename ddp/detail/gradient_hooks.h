@@ -32,6 +32,11 @@ class GradientHooks {
   // own flag, so a late drop cannot touch the next pass).
   std::shared_ptr<std::atomic<bool>> call_at_end_of_backward(std::function<void()> on_end);
 
+  // The stream each hooked accumulator runs on, and its hook with it (on a GPU: the stream that was
+  // current when the accumulator was made; a CUDA graph must capture on that stream). Parameters
+  // on the CPU have none.
+  std::vector<c10::Stream> streams() const;
+
  private:
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // kept alive: the hooks live on them
   std::shared_ptr<int> alive_ = std::make_shared<int>(0);             // hooks outlive us: they check this first

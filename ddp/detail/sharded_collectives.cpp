@@ -1,5 +1,7 @@
 #include "ddp/detail/sharded_collectives.h"
 
+#include <c10/core/impl/VirtualGuardImpl.h>
+
 #include "ddp/error.h"
 
 namespace ddp {
@@ -9,7 +11,7 @@ ReduceScatter::ReduceScatter(ProcessGroup& pg, const torch::Tensor& input, const
   const int64_t n = pg.size();
   DDP_INTERNAL_ASSERT(input.numel() == n * output.numel(),
                       "reduce-scatter: the input must hold world size x output elements");
-  if (n == 1) return;  // nothing to exchange: finish() copies
+  if (pg.skips_collectives()) return;  // one rank, nothing to exchange: finish() copies
   if (pg.backend_name() == "nccl") {
     // NCCL reduces straight into the output unless the result is to be added to it.
     received_ = accumulate ? torch::empty_like(output) : output;
@@ -29,7 +31,7 @@ void ReduceScatter::finish(const std::string& what) {
   if (!pg_) return;
   torch::NoGradGuard no_grad;
   const int64_t n = pg_->size();
-  if (n == 1) {
+  if (pg_->skips_collectives()) {
     if (accumulate_)
       output_.add_(input_);
     else
@@ -46,12 +48,22 @@ void ReduceScatter::finish(const std::string& what) {
         torch::sum_out(output_, rows, 0);
     }
   }
+  // On a GPU the buffers were made on the stream the launch ran on (a gradient hook's), and NCCL read
+  // and wrote them on its own stream, which only the stream that waited above (the current one) is
+  // ordered after (torch 2.11's NCCL no longer records its tensors' streams). Recorded on that stream,
+  // the allocator hands their blocks out again only once it has passed the wait; a no-op where it is
+  // the stream they were made on.
+  if (input_.is_cuda()) {
+    const c10::Stream waited = c10::impl::VirtualGuardImpl(c10::kCUDA).getStream(input_.device());
+    input_.record_stream(waited);
+    if (received_.defined() && !received_.is_same(output_)) received_.record_stream(waited);
+  }
   *this = ReduceScatter();  // releases the buffers
 }
 
 void all_gather_slices(ProcessGroup& pg, std::vector<torch::Tensor>& flats, const std::string& what) {
   const int64_t n = pg.size();
-  if (n == 1) return;
+  if (pg.skips_collectives()) return;
   std::vector<c10::intrusive_ptr<c10d::Work>> works;
   std::vector<torch::Tensor> inputs;
   for (auto& flat : flats) {
