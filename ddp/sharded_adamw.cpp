@@ -114,7 +114,7 @@ std::vector<torch::Tensor> ShardedAdamW::gradient_slices() {
 
 std::function<void()> ShardedAdamW::combine_found_inf(torch::Tensor& found_inf) {
   ProcessGroup& pg = state_->process_group();
-  if (pg.size() == 1) return {};
+  if (pg.skips_collectives()) return {};
   std::vector<torch::Tensor> tensors{found_inf};
   c10d::AllreduceOptions max;
   max.reduceOp = c10d::ReduceOp::MAX;

@@ -135,7 +135,8 @@ constexpr double kTolerance = 1e-6;  // float32; measured: up to 1.5e-7 on 2-4 r
 inline ddp::TensorDict train_fsdp(const std::shared_ptr<ddp::ProcessGroup>& pg, const Variant& v, int steps,
                                   ddp::FullyShardedOptions o = {}) {
   const torch::Device device = pg->device();
-  auto net = make_net(device);
+  auto net = make_net();  // on the host: the wrapper moves only this rank's shards to the device
+  o.device = device;
   o.reshard_after_forward = v.reshard_after_forward;
   o.prefetch = v.prefetch;
   o.checkpoint_activations = v.checkpoint;

@@ -46,7 +46,7 @@ void FsdpUnit::start_gather(ProcessGroup& pg, const FsdpDtypes& dtypes) {
   allocate_storage(full);
   gather_input_ = shard.detach().to(dtypes.compute);
   gathered_ = Gathered::kInFlight;
-  if (pg.size() == 1) {
+  if (pg.skips_collectives()) {  // one rank: a copy (unless the group keeps its collectives)
     full.copy_(gather_input_);
     gather_input_ = torch::Tensor();
     gathered_ = Gathered::kYes;
