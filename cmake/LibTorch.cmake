@@ -3,8 +3,8 @@
 #   2. the active Python's torch (python3 on PATH, or -DPython3_EXECUTABLE=...);
 #   3. the torch that scripts/setup.sh installed ($DDPW_HOME, default ~/.cache/ddp-workshop);
 #   4. the system (/usr, /usr/local).
-# Stops with a fix-it message when none is found, or when it is older than the oldest LibTorch the
-# course supports (DDPW_OLDEST_TORCH: the one CI builds and tests). Sets DDPW_TORCH_CUDA (ON when
+# Stops with a fix-it message when none is found, or when it lies outside the versions the library
+# builds with (DDPW_OLDEST_TORCH to DDPW_NEWEST_TORCH). Sets DDPW_TORCH_CUDA (ON when
 # this LibTorch has CUDA, so the CUDA/NCCL code is compiled even on a machine without a GPU),
 # DDPW_NCCL (the NCCL backend is built; its nccl.h and the CUDA toolkit are checked against
 # LibTorch's, cmake/CudaStack.cmake) and DDPW_GLOO (Gloo's headers were found: CPU ranks can run).
@@ -161,23 +161,29 @@ if(NOT Torch_FOUND)
     "  - on a cluster: module load the site's pytorch module before cmake.")
 endif()
 
-# The oldest LibTorch the course supports is the one CI builds and tests (docs/building.md, "Which LibTorch").
-# 1.x is refused: its API differs (no zero_grad(set_to_none), Backend vs ProcessGroup, a torchrun
-# store protocol 2.x launchers do not speak) and the tests do not compile with it. An older 2.x
-# may work but is untested: say so, loudly.
-set(DDPW_OLDEST_TORCH 2.11)
-set(_ddpw_torch_fix
-  "use torch ${DDPW_OLDEST_TORCH} or newer: pip install torch==2.11.0 into a venv (no root needed; "
-  "scripts/setup.sh does it in ~/.cache/ddp-workshop) and configure with its python3 first on PATH, or "
-  "module load a newer pytorch module")
-string(JOIN "" _ddpw_torch_fix ${_ddpw_torch_fix})
-if(Torch_VERSION AND Torch_VERSION VERSION_LESS 2)
-  message(FATAL_ERROR "LibTorch ${Torch_VERSION} (from ${_ddpw_torch_source}) is not supported: the oldest "
-                      "LibTorch this course builds with is ${DDPW_OLDEST_TORCH}.\nFix: ${_ddpw_torch_fix}.")
-elseif(Torch_VERSION AND Torch_VERSION VERSION_LESS DDPW_OLDEST_TORCH)
-  message(WARNING "LibTorch ${Torch_VERSION} (from ${_ddpw_torch_source}) is older than ${DDPW_OLDEST_TORCH}, "
-                  "the oldest this course is tested with: it may build and run, but nothing checks it. "
-                  "If it fails: ${_ddpw_torch_fix}.")
+# The LibTorch versions the library builds with: 2.10 to 2.15, each built and tested (docs/tests.md,
+# scripts/test --torch VERSION). What differs between them lives in ddp/detail/torch_compat.h. Outside
+# the window the configure stops: 1.x's API differs throughout (no zero_grad(set_to_none), Backend vs
+# ProcessGroup, a torchrun store protocol 2.x launchers do not speak), an older 2.x was never tried,
+# and a newer release changes the C++ API the library uses (2.13 changed autograd's node pointers):
+# supporting one means its entry in torch_compat.h and DDPW_NEWEST_TORCH here. The package's config
+# (ddpwConfig.cmake) checks the same window.
+set(DDPW_OLDEST_TORCH 2.10)
+set(DDPW_NEWEST_TORCH 2.15)
+string(REGEX MATCH "^[0-9]+\\.[0-9]+" _ddpw_torch_minor "${Torch_VERSION}")
+if(_ddpw_torch_minor AND (_ddpw_torch_minor VERSION_LESS DDPW_OLDEST_TORCH OR _ddpw_torch_minor VERSION_GREATER DDPW_NEWEST_TORCH))
+  if(_ddpw_torch_minor VERSION_LESS DDPW_OLDEST_TORCH)
+    set(_ddpw_torch_side "older than ${DDPW_OLDEST_TORCH}, the oldest")
+  else()
+    set(_ddpw_torch_side "newer than ${DDPW_NEWEST_TORCH}, the newest")
+  endif()
+  message(FATAL_ERROR
+    "LibTorch ${Torch_VERSION} (from ${_ddpw_torch_source}) is ${_ddpw_torch_side} this library builds with "
+    "(torch ${DDPW_OLDEST_TORCH} to ${DDPW_NEWEST_TORCH}).\n"
+    "Fix: a torch from ${DDPW_OLDEST_TORCH} to ${DDPW_NEWEST_TORCH}: scripts/setup.sh installs the set-up's default into "
+    "~/.cache/ddp-workshop (DDPW_TORCH=${DDPW_NEWEST_TORCH}.0 scripts/setup.sh for the newest, or any version in the "
+    "window), then configure a fresh build folder (its python3 first on PATH, or DDPW_HOME); or module load a "
+    "site's pytorch module in the window.")
 endif()
 
 set(_DDPW_TORCH_FOUND_DIR "${Torch_DIR}" CACHE INTERNAL "the Torch_DIR this build found")

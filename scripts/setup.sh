@@ -18,8 +18,10 @@
 #   DDPW_HOME      where the torch wheel is cached (default ~/.cache/ddp-workshop), outside the
 #                  clone, so a fresh clone (CI) does not download gigabytes again
 #   DDPW_TORCH     the torch version to install (default 2.11.0: CUDA 13.0, like nvcc here)
-#   DDPW_TORCH_CUDA       the CUDA build of torch: cu126 (V100 and older need it), cu128, cu130
-#                         (default: the default index's wheel, cu130 for 2.11). The GPUs and the
+#                  (2.10.0 to 2.15.0 build: cmake/LibTorch.cmake; scripts/test --torch VERSION tests one)
+#   DDPW_TORCH_CUDA       the CUDA build of torch: cu126 (V100 and older need it), cu128, cu130, cu132
+#                         (default: the default index's wheel: cu128 for 2.10, cu130 for 2.11 to 2.14,
+#                         cu132 for 2.15; its CUDA major is the toolkit's the configure wants). The GPUs and the
 #                         driver decide: clusters/<site>/README.md says which, and why
 #   DDPW_TORCH_INDEX_URL  the wheel index of that build (cu126, cu128): the --index-url that
 #                         PyTorch's Get Started page gives for Linux / Pip / that CUDA version
@@ -213,8 +215,8 @@ setup_torch() {
   torch_index=${DDPW_TORCH_INDEX_URL:-}
   case $DDPW_TORCH_CUDA in
     "") ;;
-    cu126|cu128|cu130) ;;
-    *) say "DDPW_TORCH_CUDA=$DDPW_TORCH_CUDA is not a build of torch $DDPW_TORCH: use cu126 (V100 and older), cu128 or cu130 (clusters/<site>/README.md says which)"
+    cu126|cu128|cu130|cu132) ;;
+    *) say "DDPW_TORCH_CUDA=$DDPW_TORCH_CUDA is not a build of torch $DDPW_TORCH: use cu126 (V100 and older), cu128, cu130 or cu132 (clusters/<site>/README.md says which)"
        exit 1 ;;
   esac
   # wants VERSION: the cached torch is the one asked for (with DDPW_TORCH_CUDA, that build of it).
@@ -234,22 +236,33 @@ setup_torch() {
     say "LibTorch: torch $cached cached in $VENV"
   elif [ -z "$shared" ] && [ -z "$DDPW_TORCH_CUDA" ] && [ "$(id -u)" -ne 0 ] && [ -n "${SLURM_CLUSTER_NAME:-}${MODULEPATH:-}" ]; then
     say "LibTorch: none found; load the site's pytorch module (clusters/<site>/env.sh) and run again, or"
-    say "          install a torch build for the site's GPUs: DDPW_TORCH_CUDA=cu126|cu128|cu130 scripts/setup.sh"
+    say "          install a torch build for the site's GPUs: DDPW_TORCH_CUDA=cu126|cu128|cu130|cu132 scripts/setup.sh"
     say "          (clusters/<site>/README.md says which build, and where the venv goes: DDPW_HOME)"
     exit 1
   else
-    # cu126 and cu128 live on PyTorch's own wheel index only; cu130 is the default index's wheel.
-    if [ -z "$torch_index" ] && [ -n "$DDPW_TORCH_CUDA" ] && [ "$DDPW_TORCH_CUDA" != cu130 ] &&
+    # The default index holds one CUDA build of each release; the others live on PyTorch's own index.
+    case $DDPW_TORCH in
+      2.10.*) default_build=cu128 ;;
+      2.1[1-4].*) default_build=cu130 ;;
+      *) default_build=cu132 ;;  # 2.15
+    esac
+    if [ -z "$torch_index" ] && [ -n "$DDPW_TORCH_CUDA" ] && [ "$DDPW_TORCH_CUDA" != "$default_build" ] &&
        [ -z "${PIP_INDEX_URL:-}${PIP_EXTRA_INDEX_URL:-}" ]; then
       say "DDPW_TORCH_CUDA=$DDPW_TORCH_CUDA needs PyTorch's $DDPW_TORCH_CUDA wheel index, and none is set."
       say "Fix: export DDPW_TORCH_INDEX_URL=<the --index-url that PyTorch's Get Started page gives for"
       say "     Linux / Pip / CUDA ${DDPW_TORCH_CUDA:2:2}.${DDPW_TORCH_CUDA:4}> (or your site's mirror of it), then run this again"
       exit 1
     fi
-    toolkit=13; case $DDPW_TORCH_CUDA in cu12*) toolkit=12 ;; esac
+    toolkit=13; case ${DDPW_TORCH_CUDA:-$default_build} in cu12*) toolkit=12 ;; esac
     if ! command -v nvcc >/dev/null; then
       say "note: no nvcc on PATH. The torch wheel is CUDA-enabled and its CMake config needs nvcc:"
       say "      install the CUDA toolkit of the wheel's CUDA major version ($toolkit), or load its module"
+    elif nvcc_major=$(nvcc --version 2>/dev/null | sed -n 's/.*release \([0-9]*\)\..*/\1/p') &&
+         [ -n "$nvcc_major" ] && [ "$nvcc_major" != "$toolkit" ]; then
+      # e.g. torch 2.10's default wheel (CUDA 12.8) beside a CUDA 13 nvcc: cmake/CudaStack.cmake refuses it.
+      say "note: nvcc on PATH is CUDA $nvcc_major, the wheel's CUDA is $toolkit: the configure will stop (two CUDAs)."
+      say "      Fix: a CUDA $toolkit toolkit first on PATH (or its module), or torch $DDPW_TORCH's build for CUDA $nvcc_major"
+      say "      (DDPW_TORCH_CUDA with DDPW_TORCH_INDEX_URL)"
     fi
     if [ -n "$cached" ] && [ -n "$DDPW_TORCH_CUDA" ] && [[ $cached != *"+$DDPW_TORCH_CUDA" ]]; then
       # Another CUDA build in the venv: a fresh venv, not a second set of CUDA libraries beside the first.

@@ -8,14 +8,12 @@
 
 #include <torch/torch.h>
 
+#include "ddp/detail/torch_compat.h"  // defines: torch_compat::NodePtr
+
 #include <atomic>
 #include <functional>
 #include <memory>
 #include <vector>
-
-namespace torch::autograd {
-struct Node;
-}
 
 namespace ddp {
 
@@ -38,8 +36,8 @@ class GradientHooks {
   std::vector<c10::Stream> streams() const;
 
  private:
-  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // kept alive: the hooks live on them
-  std::shared_ptr<int> alive_ = std::make_shared<int>(0);             // hooks outlive us: they check this first
+  std::vector<detail::torch_compat::NodePtr> accumulators_;  // kept alive: the hooks live on them
+  std::shared_ptr<int> alive_ = std::make_shared<int>(0);    // hooks outlive us: they check this first
 };
 
 }  // namespace ddp

@@ -71,7 +71,7 @@ expect() {  # expect RC TEXT...: the exit code, and each text in the output
 venv_torch() { "$tmp/home/ddpw/venv/bin/python3" -c 'import torch; print(torch.__version__)'; }
 
 setup DDPW_TORCH_CUDA=cu121
-expect 1 "DDPW_TORCH_CUDA=cu121 is not a build of torch 2.11.0: use cu126 (V100 and older), cu128 or cu130"
+expect 1 "DDPW_TORCH_CUDA=cu121 is not a build of torch 2.11.0: use cu126 (V100 and older), cu128, cu130 or cu132"
 
 setup DDPW_TORCH_CUDA=cu126 PIP_INDEX_URL=
 expect 1 "DDPW_TORCH_CUDA=cu126 needs PyTorch's cu126 wheel index, and none is set" \
@@ -102,5 +102,5 @@ setup
 expect 0 "LibTorch: torch 2.11.0+cu130 cached in"
 rm -rf "$tmp/home/ddpw"
 setup MODULEPATH=/opt/modulefiles
-expect 1 "load the site's pytorch module (clusters/<site>/env.sh)" "DDPW_TORCH_CUDA=cu126|cu128|cu130 scripts/setup.sh"
+expect 1 "load the site's pytorch module (clusters/<site>/env.sh)" "DDPW_TORCH_CUDA=cu126|cu128|cu130|cu132 scripts/setup.sh"
 echo "PASS: the set-up installs the torch build asked for, from the index given, and says how when it cannot"
