@@ -17,6 +17,13 @@
 // and its growth from before the model was built; the median step time (the slowest rank's).
 // The final OK/FAILED line checks a finite loss and, for the replicated strategies, identical
 // parameters on all ranks (FSDP: the gathered state_dict's checksum, the same on every rank).
+// --phases: FSDP's memory per rank, phase by phase, for a model built on the host and wrapped with
+// FullyShardedOptions::device: building it, wrapping it, --steps training steps (forward, backward,
+// ShardedAdamW step), full_state_dict(), ddp::save_sharded_snapshot (into --snapshot-dir). One row per
+// rank and phase: the peak over what the rank held when the phase began, from LibTorch's host
+// allocations counted exactly (tests/host_allocations.h) and from the resident set (VmHWM, reset
+// before each phase through /proc/self/clear_refs, minus VmRSS at the phase's start), and what the
+// rank holds after it, above what it held before the model was built (between steps: after a step).
 #include <torch/torch.h>  // defines: tensors, nn
 
 #include <CLI/CLI.hpp>  // defines: the command line
@@ -30,9 +37,12 @@
 #include <string>
 #include <vector>
 
+#include <sys/stat.h>  // defines: mkdir
+
 #include "course/run_main.h"                // defines: run_main, exit codes (error.h)
 #include "ddp/config.h"                     // defines: DDPW_TORCH_VERSION
 #include "ddp/device.h"                     // defines: choose_device
+#include "ddp/files.h"                      // defines: remove_tree
 #include "ddp/distributed_data_parallel.h"  // defines: DistributedDataParallel (the baseline)
 #include "ddp/fully_sharded.h"              // defines: FullyShardedDataParallel, FullyShardedAdamW
 #include "ddp/launch_env.h"                 // defines: resolve_launch_env
@@ -40,6 +50,7 @@
 #include "ddp/process_group.h"              // defines: ProcessGroup
 #include "ddp/sharded_adamw.h"              // defines: ShardedAdamW
 #include "ddp/zero_data_parallel.h"         // defines: ZeroDataParallel
+#include "../tests/host_allocations.h"      // defines: HostAllocations (LibTorch's host allocations, counted)
 #include "measure.h"                        // defines: resident_memory, median, gather, bytes_of
 
 namespace {
@@ -93,6 +104,8 @@ struct BenchOptions {
   std::string device = "auto";
   double timeout_s = 300;
   bool no_header = false;
+  bool phases = false;
+  std::string snapshot_dir = "/tmp/fsdp_bench_phases";
 };
 
 BenchOptions parse(int argc, char** argv) {
@@ -113,6 +126,11 @@ BenchOptions parse(int argc, char** argv) {
   app.add_option("--timeout", o.timeout_s, "Seconds before a rendezvous or collective is declared hung")
       ->check(CLI::Range(0.1, 86400.0));
   app.add_flag("--no-header", o.no_header, "Print only the result row (bench/fsdp_memory joins runs)");
+  app.add_flag("--phases", o.phases,
+               "FSDP's memory per rank and phase (build on the host, wrap, --steps steps, full_state_dict, save); "
+               "--warmup and --strategy are not used");
+  app.add_option("--snapshot-dir", o.snapshot_dir,
+                 "--phases: folder for the sharded snapshot (shared by the ranks; removed afterwards)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -271,10 +289,160 @@ int run(const BenchOptions& o, ddp::ProcessGroup& pg, const torch::Device& devic
   return ok ? ddp::kExitOk : ddp::kExitError;
 }
 
+// --phases: what one rank holds, phase by phase (see the file's header).
+struct PhaseRow {
+  double start_alloc, peak_alloc, end_alloc, start_rss, peak_rss, end_rss;  // bytes
+};
+
+class PhaseMeter {
+ public:
+  PhaseMeter(ddp_test::HostAllocations& host, ddp::ProcessGroup& pg, int64_t largest_unit)
+      : host_(host), pg_(pg), largest_unit_(largest_unit), base_alloc_(host.current()),
+        base_rss_(resident_memory().first) {}
+  void set_largest_unit(int64_t bytes) { largest_unit_ = bytes; }
+
+  void begin() {
+    std::ofstream clear("/proc/self/clear_refs");  // "5": VmHWM back to VmRSS (Linux >= 4.0)
+    clear << "5" << std::flush;
+    if (!clear)
+      throw ddp::Error("fsdp_bench --phases: cannot write /proc/self/clear_refs to reset the peak resident set",
+                       "run on Linux 4.0 or later with /proc mounted");
+    host_.reset_peak();
+    alloc0_ = host_.current();
+    rss0_ = resident_memory().first;
+  }
+  // Ends the phase on every rank (a collective: the rows are gathered) and prints rank 0's table rows.
+  void end(const std::string& phase) {
+    const auto [rss, hwm] = resident_memory();
+    const PhaseRow mine{static_cast<double>(alloc0_ - base_alloc_), static_cast<double>(host_.peak() - alloc0_),
+                        static_cast<double>(host_.current() - base_alloc_), static_cast<double>(rss0_ - base_rss_),
+                        static_cast<double>(hwm - rss0_), static_cast<double>(rss - base_rss_)};
+    std::vector<std::vector<double>> all;
+    for (double v : {mine.start_alloc, mine.peak_alloc, mine.end_alloc, mine.start_rss, mine.peak_rss, mine.end_rss})
+      all.push_back(gather(pg_, v));
+    if (pg_.rank() != 0) return;
+    for (int r = 0; r < pg_.size(); ++r)
+      std::printf("%5d %5d %-16s %9.1f %9.1f %9.1f %9.1f %6.2f %9.1f %9.1f\n", pg_.size(), r, phase.c_str(),
+                  all[0][r] / kMiB, all[3][r] / kMiB, all[1][r] / kMiB, all[4][r] / kMiB,
+                  largest_unit_ > 0 ? all[1][r] / static_cast<double>(largest_unit_) : 0.0, all[2][r] / kMiB,
+                  all[5][r] / kMiB);
+    std::fflush(stdout);
+  }
+
+ private:
+  ddp_test::HostAllocations& host_;
+  ddp::ProcessGroup& pg_;
+  int64_t largest_unit_;
+  int64_t base_alloc_, base_rss_;
+  int64_t alloc0_ = 0, rss0_ = 0;
+};
+
+int run_phases(const BenchOptions& o, ddp::ProcessGroup& pg, const torch::Device& device,
+               ddp_test::HostAllocations& host) {
+  const int rank = pg.rank(), world = pg.size();
+  std::shared_ptr<ddp::ProcessGroup> pg_ref(&pg, [](ddp::ProcessGroup*) {});  // not owned
+  // A block's bytes: the 'units' column of the build row (later rows: the largest unit, as wrapped).
+  const int64_t block_numel = 2 * o.width + (o.width * 4 * o.width + 4 * o.width) + (4 * o.width * o.width + o.width);
+  if (rank == 0 && !o.no_header) {
+    std::printf("# fsdp_bench --phases: LibTorch %s, backend %s, device %s, %d thread(s) per rank\n",
+                DDPW_TORCH_VERSION, pg.backend_name().c_str(), device.str().c_str(), o.threads);
+    std::printf("# built on the host, wrapped with FullyShardedOptions::device = %s, one unit per block; AdamW\n",
+                device.str().c_str());
+  }
+  PhaseMeter meter(host, pg, block_numel * 4);
+
+  meter.begin();
+  torch::manual_seed(0);
+  auto model = std::make_shared<StackImpl>(o.width, o.layers);  // on the host
+  meter.end("build");
+  int64_t numel = 0;
+  for (const auto& p : model->parameters()) numel += p.numel();
+
+  std::vector<std::shared_ptr<torch::nn::Module>> units;
+  for (auto& b : model->blocks) units.push_back(b.ptr());
+  ddp::FullyShardedOptions options;
+  options.device = device;
+  meter.begin();
+  auto fsdp = std::make_unique<ddp::FullyShardedDataParallel<StackImpl>>(model, units, pg_ref, options);
+  meter.end("wrap");
+  int64_t largest_unit = 0, shard_bytes = 0;
+  for (const auto& u : fsdp->engine()->units()) largest_unit = std::max(largest_unit, u.padded_numel * 4);
+  for (const auto& s : fsdp->parameters()) shard_bytes += bytes_of(s);
+  meter.set_largest_unit(largest_unit);
+  if (rank == 0 && !o.no_header) {
+    std::printf(
+        "# stack of %d blocks, width %lld: %lld parameters, %.1f MiB float32; %zu units, the largest %.2f MiB; "
+        "shards %.2f MiB per rank; batch %d x %lld positions per rank\n",
+        o.layers, static_cast<long long>(o.width), static_cast<long long>(numel), numel * 4 / kMiB,
+        fsdp->engine()->units().size(), largest_unit / kMiB, shard_bytes / kMiB, o.batch_size,
+        static_cast<long long>(o.seq));
+    std::printf("# alloc = LibTorch's host allocations, counted exactly; RSS = resident set (VmRSS; its peak VmHWM, "
+                "reset at each phase's start); held = above what the rank held before the model was built\n");
+    std::printf("# ranks  rank phase             held before         peak over before      held after\n");
+    std::printf("#                               alloc       RSS     alloc       RSS  units     alloc       RSS\n");
+    std::printf("#                               (MiB)     (MiB)     (MiB)     (MiB)    (x)     (MiB)     (MiB)\n");
+  }
+
+  const ddp::AdamOptions adam{.lr = 1e-4, .weight_decay = 0.01};
+  meter.begin();
+  ddp::FullyShardedAdamW optimizer(*fsdp, adam);  // = ddp::ShardedAdamW
+  meter.end("adamw (create)");
+  double last_loss = NAN;
+  for (int step = 0; step < o.steps; ++step) {
+    auto gen = at::detail::createCPUGenerator(1000 * step + rank);
+    const auto x = torch::randn({o.batch_size, o.seq, o.width}, gen).to(device);
+    const auto y = torch::randint(0, 10, {o.batch_size * o.seq}, gen).to(device);
+    meter.begin();
+    optimizer.zero_grad();
+    {
+      auto loss = torch::cross_entropy_loss((*fsdp)(x).view({-1, 10}), y);
+      loss.backward();
+      optimizer.step();
+      last_loss = loss.item<double>();
+    }
+    meter.end("step " + std::to_string(step + 1));
+  }
+
+  meter.begin();
+  double sum = 0;
+  {
+    auto full = fsdp->full_state_dict();  // rank 0: the whole model in host memory; others: empty
+    meter.end("full_state_dict");
+    for (const auto& [name, t] : full) sum += t.to(torch::kFloat64).sum().item<double>();
+  }
+
+  // (ddp/files.h, not std::filesystem: LibTorch's own copy of it can be the one resolved, and crash)
+  const std::string dir = o.snapshot_dir;
+  if (rank == 0) {
+    ddp::remove_tree(dir);
+    if (::mkdir(dir.c_str(), 0755) != 0)
+      throw ddp::Error("fsdp_bench --phases: cannot create " + dir, "pass another --snapshot-dir");
+  }
+  pg.barrier("--phases: the snapshot folder");
+  meter.begin();
+  ddp::save_fully_sharded_snapshot(dir + "/fsdp.json", optimizer,  // = ddp::save_sharded_snapshot
+                                   {.epochs_run = 0, .step_in_epoch = o.steps, .world_size = world});
+  meter.end("save");
+  pg.barrier("--phases: the snapshot written");
+  if (rank == 0) ddp::remove_tree(dir);
+
+  const bool ok = std::isfinite(last_loss) && std::isfinite(sum);
+  if (rank == 0) {
+    if (ok)
+      std::printf("# OK (final loss %.4g)\n", last_loss);
+    else
+      std::printf("# FAILED: the loss or the gathered weights are not finite\n");
+    std::fflush(stdout);
+  }
+  return ok ? ddp::kExitOk : ddp::kExitError;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const BenchOptions o = parse(argc, argv);
+  // --phases: every host allocation from here on counted, before the model is built.
+  ddp_test::HostAllocations* host = o.phases ? &ddp_test::HostAllocations::install() : nullptr;
   const char* rank = std::getenv("RANK");
   return ddpw::run_main(
       [&] {
@@ -286,7 +454,7 @@ int main(int argc, char** argv) {
         pg_options.rendezvous_timeout = pg_options.collective_timeout =
             std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000));
         auto pg = ddp::init_process_group(launch, device, pg_options);
-        return run(o, *pg, device);
+        return host ? run_phases(o, *pg, device, *host) : run(o, *pg, device);
       },
       std::string("[fsdp_bench rank ") + (rank ? rank : "?") + "]");
 }
