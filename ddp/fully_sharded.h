@@ -138,6 +138,7 @@ class FullyShardedEngine : public ShardedState, public GradientSyncSwitch {
 
   // ShardedState (sharded_state.h): the units are the groups; the shards float32.
   std::string sharded_engine() const override { return "FSDP"; }
+  int zero_stage() const override { return 3; }
   std::vector<ShardedParameter> sharded_parameters() const override;
   std::vector<ShardedGroup> sharded_groups() const override;
   std::vector<torch::Tensor> parameter_shards() override;

@@ -387,6 +387,7 @@ void save_sharded(const std::string& path, ShardedAdamW& optimizer, const Traini
       if (identity) manifest["program"] = *identity;
       manifest["generation"] = gen;
       manifest["world_size"] = world;
+      manifest["zero_stage"] = r.zero_stage();
       manifest["engine"] = r.sharded_engine();
       manifest["training"] = {
           {"epochs_run", state.epochs_run}, {"step_in_epoch", state.step_in_epoch}, {"world_size", state.world_size}};

@@ -39,8 +39,9 @@ class ShardedState {
  public:
   virtual ~ShardedState() = default;
 
-  // "ZeRO stage 2", "FSDP": for messages and the snapshot's manifest.
+  // "ZeRO stage 2", "FSDP": for messages and the snapshot's manifest; the ZeRO stage (FSDP: 3).
   virtual std::string sharded_engine() const = 0;
+  virtual int zero_stage() const = 0;
   virtual ProcessGroup& process_group() = 0;
   virtual torch::nn::Module& module() = 0;  // its buffers: rank 0's go into a snapshot
 

@@ -69,6 +69,7 @@ class ZeroReducer : public ShardedState, private BucketStrategy {
   ZeroReducer& operator=(const ZeroReducer&) = delete;
 
   int stage() const { return options_.stage; }
+  int zero_stage() const override { return options_.stage; }
   const ZeroOptions& options() const { return options_; }
   ProcessGroup& process_group() override { return core_->process_group(); }
   torch::nn::Module& module() override { return *module_; }
