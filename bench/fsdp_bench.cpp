@@ -39,18 +39,18 @@
 
 #include <sys/stat.h>  // defines: mkdir
 
+#include "../tests/host_allocations.h"      // defines: HostAllocations (LibTorch's host allocations, counted)
 #include "course/run_main.h"                // defines: run_main, exit codes (error.h)
 #include "ddp/config.h"                     // defines: DDPW_TORCH_VERSION
 #include "ddp/device.h"                     // defines: choose_device
-#include "ddp/files.h"                      // defines: remove_tree
 #include "ddp/distributed_data_parallel.h"  // defines: DistributedDataParallel (the baseline)
+#include "ddp/files.h"                      // defines: remove_tree
 #include "ddp/fully_sharded.h"              // defines: FullyShardedDataParallel, FullyShardedAdamW
 #include "ddp/launch_env.h"                 // defines: resolve_launch_env
 #include "ddp/module_call.h"                // defines: ddp::call, the blocks' call site
 #include "ddp/process_group.h"              // defines: ProcessGroup
 #include "ddp/sharded_adamw.h"              // defines: ShardedAdamW
 #include "ddp/zero_data_parallel.h"         // defines: ZeroDataParallel
-#include "../tests/host_allocations.h"      // defines: HostAllocations (LibTorch's host allocations, counted)
 #include "measure.h"                        // defines: resident_memory, median, gather, bytes_of
 
 namespace {
@@ -297,7 +297,10 @@ struct PhaseRow {
 class PhaseMeter {
  public:
   PhaseMeter(ddp_test::HostAllocations& host, ddp::ProcessGroup& pg, int64_t largest_unit)
-      : host_(host), pg_(pg), largest_unit_(largest_unit), base_alloc_(host.current()),
+      : host_(host),
+        pg_(pg),
+        largest_unit_(largest_unit),
+        base_alloc_(host.current()),
         base_rss_(resident_memory().first) {}
   void set_largest_unit(int64_t bytes) { largest_unit_ = bytes; }
 
@@ -314,9 +317,12 @@ class PhaseMeter {
   // Ends the phase on every rank (a collective: the rows are gathered) and prints rank 0's table rows.
   void end(const std::string& phase) {
     const auto [rss, hwm] = resident_memory();
-    const PhaseRow mine{static_cast<double>(alloc0_ - base_alloc_), static_cast<double>(host_.peak() - alloc0_),
-                        static_cast<double>(host_.current() - base_alloc_), static_cast<double>(rss0_ - base_rss_),
-                        static_cast<double>(hwm - rss0_), static_cast<double>(rss - base_rss_)};
+    const PhaseRow mine{static_cast<double>(alloc0_ - base_alloc_),
+                        static_cast<double>(host_.peak() - alloc0_),
+                        static_cast<double>(host_.current() - base_alloc_),
+                        static_cast<double>(rss0_ - base_rss_),
+                        static_cast<double>(hwm - rss0_),
+                        static_cast<double>(rss - base_rss_)};
     std::vector<std::vector<double>> all;
     for (double v : {mine.start_alloc, mine.peak_alloc, mine.end_alloc, mine.start_rss, mine.peak_rss, mine.end_rss})
       all.push_back(gather(pg_, v));
@@ -376,8 +382,9 @@ int run_phases(const BenchOptions& o, ddp::ProcessGroup& pg, const torch::Device
         o.layers, static_cast<long long>(o.width), static_cast<long long>(numel), numel * 4 / kMiB,
         fsdp->engine()->units().size(), largest_unit / kMiB, shard_bytes / kMiB, o.batch_size,
         static_cast<long long>(o.seq));
-    std::printf("# alloc = LibTorch's host allocations, counted exactly; RSS = resident set (VmRSS; its peak VmHWM, "
-                "reset at each phase's start); held = above what the rank held before the model was built\n");
+    std::printf(
+        "# alloc = LibTorch's host allocations, counted exactly; RSS = resident set (VmRSS; its peak VmHWM, "
+        "reset at each phase's start); held = above what the rank held before the model was built\n");
     std::printf("# ranks  rank phase             held before         peak over before      held after\n");
     std::printf("#                               alloc       RSS     alloc       RSS  units     alloc       RSS\n");
     std::printf("#                               (MiB)     (MiB)     (MiB)     (MiB)    (x)     (MiB)     (MiB)\n");

@@ -85,11 +85,11 @@ FullyShardedEngine::Plan FullyShardedEngine::plan_units(
     for (const auto& p : units[u]->named_parameters(true)) {
       const std::string name = paths[u] + "." + p.key();
       const auto [it, fresh] = owner.emplace(p.value().unsafeGetTensorImpl(), paths[u]);
-      DDP_CHECK(fresh,
-                "FullyShardedDataParallel: the parameter " + name + " is in two units, " + it->second + " and " +
-                    paths[u],
-                "tie weights only inside one unit: put the modules that share it in one unit, or leave them "
-                "to the root unit");
+      DDP_CHECK(
+          fresh,
+          "FullyShardedDataParallel: the parameter " + name + " is in two units, " + it->second + " and " + paths[u],
+          "tie weights only inside one unit: put the modules that share it in one unit, or leave them "
+          "to the root unit");
       plan.members[u + 1].emplace_back(name, p.value());
     }
   }
@@ -211,7 +211,8 @@ void FullyShardedEngine::shard_units(Plan& plan) {
     if (b.device() != device_) b.set_data(b.to(device_));
     buffers.push_back(b);
   }
-  if (broadcast && !buffers.empty()) broadcast_coalesced(buffers, 0, *pg_, "FullyShardedDataParallel: rank 0's buffers");
+  if (broadcast && !buffers.empty())
+    broadcast_coalesced(buffers, 0, *pg_, "FullyShardedDataParallel: rank 0's buffers");
   // The model's host memory, now freed, goes back to the kernel (the allocator's keep-freed policy,
   // when configure_process applied it, would otherwise hold it).
   if (plan.from_host && process_settings().keep_freed_host_memory) release_freed_host_memory();
@@ -289,11 +290,12 @@ void FullyShardedEngine::explain_forward_failure(const c10::Error& error) const 
   for (size_t u = 1; u < units_.size(); ++u)
     if (std::find(order_.begin(), order_.end(), u) == order_.end())
       skipped += (skipped.empty() ? "" : ", ") + units_[u].layout.name;
-  throw Error("FullyShardedDataParallel: the model's forward read the parameters of a unit that is not gathered" +
-                  (skipped.empty() ? std::string() : " (not called through ddp::call in this forward: " + skipped + ")") +
-                  "; LibTorch said: " + what.substr(0, what.find('\n')),
-              "inside the model's forward call each unit as ddp::call(unit, x), not unit->forward(x) or unit(x): "
-              "that call site is where the wrapper gathers the unit");
+  throw Error(
+      "FullyShardedDataParallel: the model's forward read the parameters of a unit that is not gathered" +
+          (skipped.empty() ? std::string() : " (not called through ddp::call in this forward: " + skipped + ")") +
+          "; LibTorch said: " + what.substr(0, what.find('\n')),
+      "inside the model's forward call each unit as ddp::call(unit, x), not unit->forward(x) or unit(x): "
+      "that call site is where the wrapper gathers the unit");
 }
 
 torch::Tensor FullyShardedEngine::cast_input(const torch::Tensor& input) const {

@@ -63,7 +63,7 @@
 #include "ddp/module_holder.h"  // defines: WrappedModule, HolderOf (a holder or an ...Impl)
 #include "ddp/no_sync.h"        // defines: NoSync, GradientSyncSwitch
 #include "ddp/process_group.h"
-#include "ddp/sharded_adamw.h"    // defines: ShardedAdamW, FullyShardedAdamW
+#include "ddp/sharded_adamw.h"     // defines: ShardedAdamW, FullyShardedAdamW
 #include "ddp/sharded_snapshot.h"  // defines: save_sharded_snapshot, load_sharded_snapshot
 #include "ddp/sharded_state.h"
 
@@ -176,7 +176,7 @@ class FullyShardedEngine : public ShardedState, public GradientSyncSwitch {
   bool has_gradients_ = false;
   bool in_root_forward_ = false;
   bool backward_queued_ = false;
-  std::optional<size_t> reducing_;        // the unit whose reduce-scatter is in flight
+  std::optional<size_t> reducing_;  // the unit whose reduce-scatter is in flight
   int most_reduce_inputs_ = 0;
   std::vector<size_t> order_, last_order_;  // units' forward order: this pass, the previous one
 };
@@ -270,7 +270,7 @@ FullyShardedDataParallel(std::shared_ptr<T>, std::vector<std::shared_ptr<torch::
 
 // The snapshots of FSDP training are the sharded snapshots (sharded_snapshot.h): each rank's shards
 // of the units and of Adam's moments and its RNG state, rank 0's manifest last (crash-safe), resumable
-// on another number of ranks (mid-epoch: from the epoch's start). The names step 6 teaches.
+// on another number of ranks (mid-epoch: from the epoch's start). FSDP's own names for them.
 inline void save_fully_sharded_snapshot(const std::string& path, FullyShardedAdamW& optimizer,
                                         const TrainingState& state, const std::optional<SnapshotOwner>& owner = {}) {
   save_sharded_snapshot(path, optimizer, state, owner);

@@ -84,7 +84,8 @@ void FullyShardedEngine::load_full_state_dict(const TensorDict& state) {
 std::vector<ShardedParameter> FullyShardedEngine::sharded_parameters() const {
   std::vector<ShardedParameter> out;
   for (const auto& s : units_)
-    for (size_t i = 0; i < s.params.size(); ++i) out.push_back({s.layout.param_names[i], s.layout.shapes[i], torch::kFloat32});
+    for (size_t i = 0; i < s.params.size(); ++i)
+      out.push_back({s.layout.param_names[i], s.layout.shapes[i], torch::kFloat32});
   return out;
 }
 

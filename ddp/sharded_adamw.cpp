@@ -17,13 +17,15 @@ std::vector<T> pick(const std::vector<T>& v, const std::vector<size_t>& which) {
 
 ShardedAdamW::ShardedAdamW(std::shared_ptr<ShardedState> state, AdamOptions options)
     : state_(std::move(state)), options_(options) {
-  DDP_CHECK(state_, "ShardedAdamW needs a sharded model", "wrap the model in ZeroDataParallel or FullyShardedDataParallel first");
+  DDP_CHECK(state_, "ShardedAdamW needs a sharded model",
+            "wrap the model in ZeroDataParallel or FullyShardedDataParallel first");
   // Allocated up front (torch allocates at the first step): the state's size shows from the start.
   for (const auto& shard : state_->parameter_shards()) {
     exp_avg_.push_back(torch::zeros_like(shard.detach()));
     exp_avg_sq_.push_back(torch::zeros_like(shard.detach()));
   }
-  DDP_CHECK(!exp_avg_.empty(), "ShardedAdamW: the model has no trainable parameters", "give it a model with parameters");
+  DDP_CHECK(!exp_avg_.empty(), "ShardedAdamW: the model has no trainable parameters",
+            "give it a model with parameters");
   applied_ = torch::zeros({}, exp_avg_[0].options().dtype(torch::kFloat32));
 }
 

@@ -40,7 +40,7 @@ class ShardedAdamW : public ShardedAmpScaling {
   ShardedAdamW(std::shared_ptr<ShardedState> state, AdamOptions options);
   // A wrapper: ZeroDataParallel or FullyShardedDataParallel.
   template <typename W>
-    requires requires(W& w) { w.sharded_state(); }
+  requires requires(W& w) { w.sharded_state(); }
   ShardedAdamW(W& model, AdamOptions options) : ShardedAdamW(model.sharded_state(), options) {
     if constexpr (requires { model.module()->grad_scaler(); }) set_grad_scaler(model.module()->grad_scaler());
   }

@@ -9,7 +9,7 @@
 #include <set>
 #include <sstream>
 
-#include "ddp/config.h"  // defines: DDPW_HAVE_*, DDPW_TORCH_VERSION
+#include "ddp/config.h"            // defines: DDPW_HAVE_*, DDPW_TORCH_VERSION
 #include "ddp/detail/agreement.h"  // defines: attempt, agree (every rank stops together)
 #include "ddp/detail/checked_file.h"
 #include "ddp/error.h"

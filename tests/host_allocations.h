@@ -43,9 +43,7 @@ class HostAllocations final : public c10::Allocator {
     return {data, data, &release, device};
   }
   c10::DeleterFnPtr raw_deleter() const override { return &release; }
-  void copy_data(void* dest, const void* src, std::size_t count) const override {
-    default_copy_data(dest, src, count);
-  }
+  void copy_data(void* dest, const void* src, std::size_t count) const override { default_copy_data(dest, src, count); }
 
  private:
   struct Held {

@@ -23,13 +23,13 @@
 #include <string>
 #include <thread>
 
+#include "ddp/autocast.h"
 #include "ddp/files.h"
 #include "ddp/fully_sharded.h"
+#include "ddp/grad_scaler.h"
 #include "ddp/module_call.h"
 #include "ddp/timeline.h"
 #include "ddp/weights_io.h"
-#include "ddp/autocast.h"
-#include "ddp/grad_scaler.h"
 #include "fsdp_scenarios.h"
 #include "host_allocations.h"
 #include "multiprocess.h"
@@ -106,7 +106,8 @@ TEST(FullyShardedEquivalence, EachRankHoldsItsShare) {
 // rank 0's dict only. (Before, a whole copy of the model, 6 units and more, in both phases.)
 struct WideNetImpl : torch::nn::Module {
   WideNetImpl() {
-    for (int i = 0; i < 6; ++i) blocks.push_back(register_module("blocks" + std::to_string(i), torch::nn::Linear(512, 512)));
+    for (int i = 0; i < 6; ++i)
+      blocks.push_back(register_module("blocks" + std::to_string(i), torch::nn::Linear(512, 512)));
     head = register_module("head", torch::nn::Linear(512, 4));
   }
   torch::Tensor forward(torch::Tensor x) {
@@ -156,9 +157,10 @@ TEST(FullyShardedEquivalence, NoRankEverHoldsTheWholeModel) {
                   host.reset_peak();
                   const int64_t steady = host.current();
                   auto full = model.full_state_dict();
-                  ok &= rank == 0 ? report("full_state_dict (peak)", host.peak() - steady, model_bytes + 3 * unit + 64 * 1024)
-                                  : report("full_state_dict (peak)", host.peak() - steady, 3 * unit + 64 * 1024) &&
-                                        full.empty();
+                  ok &= rank == 0
+                            ? report("full_state_dict (peak)", host.peak() - steady, model_bytes + 3 * unit + 64 * 1024)
+                            : report("full_state_dict (peak)", host.peak() - steady, 3 * unit + 64 * 1024) &&
+                                  full.empty();
                   // Back to the weights as built, from rank 0's dict alone.
                   model.load_full_state_dict(rank == 0 ? built : ddp::TensorDict{});
                   const auto again = model.full_state_dict();
@@ -285,114 +287,115 @@ struct PlainCallImpl : torch::nn::Module {  // the second unit called without dd
 // Ranks that built different models stop at construction with the engine core's model check
 // (names and shapes against rank 0's, as DDP's), not in a broadcast of mismatched sizes.
 TEST(FullyShardedEquivalence, DifferentModelsOnRanksAreAnError) {
-  EXPECT_EQ(ddp_test::run_ranks(2,
-                                [](int rank, auto pg) {
-                                  auto block = Block(8, rank == 0 ? 7 : 6);  // rank 1's hidden layer is narrower
-                                  const bool refused = fails_with(
-                                      [&] { ddp::FullyShardedDataParallel<BlockImpl> m(block.ptr(), {}, pg); },
-                                      "the ranks hold different models");
-                                  if (!refused) return 1;
-                                  // The same model, but rank 1 names one unit less: named before any collective.
-                                  auto net = make_net();
-                                  auto units = units_of(*net);
-                                  if (rank == 1) units.pop_back();
-                                  return fails_with([&] { ddp::FullyShardedDataParallel m(net, units, pg); },
-                                                    "rank 1 has 'units blocks0, blocks1' where rank 0 has 'units blocks0, blocks1, blocks2'")
-                                             ? 0
-                                             : 1;
-                                }),
-            0);
+  EXPECT_EQ(
+      ddp_test::run_ranks(
+          2,
+          [](int rank, auto pg) {
+            auto block = Block(8, rank == 0 ? 7 : 6);  // rank 1's hidden layer is narrower
+            const bool refused = fails_with([&] { ddp::FullyShardedDataParallel<BlockImpl> m(block.ptr(), {}, pg); },
+                                            "the ranks hold different models");
+            if (!refused) return 1;
+            // The same model, but rank 1 names one unit less: named before any collective.
+            auto net = make_net();
+            auto units = units_of(*net);
+            if (rank == 1) units.pop_back();
+            return fails_with([&] { ddp::FullyShardedDataParallel m(net, units, pg); },
+                              "rank 1 has 'units blocks0, blocks1' where rank 0 has 'units blocks0, blocks1, blocks2'")
+                       ? 0
+                       : 1;
+          }),
+      0);
 }
 
 TEST(FullyShardedEquivalence, RefusalsAndBf16) {
-  EXPECT_EQ(ddp_test::run_ranks(
-                1,
-                [](int, auto pg) {
-                  bool ok = true;
-                  auto tied = std::make_shared<TiedImpl>();
-                  ok &= fails_with(
-                      [&] {
-                        ddp::FullyShardedDataParallel<TiedImpl> m(tied, {tied->a.ptr(), tied->b.ptr()}, pg);
-                      },
-                      "is in two units");
-                  auto net = make_net();
-                  auto stranger = Block(8, 2);
-                  ok &= fails_with([&] { ddp::FullyShardedDataParallel<TinyNetImpl> m(net, {stranger.ptr()}, pg); },
-                                   "is not a submodule");
-                  ok &= fails_with(
-                      [&] {
-                        ddp::FullyShardedDataParallel<TinyNetImpl> m(
-                            net, {net->blocks[0].ptr(), net->blocks[0]->fc1.ptr()}, pg);
-                      },
-                      "lies inside the unit");
-                  ddp::FullyShardedDataParallel<TinyNetImpl> model(net, units_of(*net), pg);
-                  ok &= fails_with(
-                      [&] {
-                        ddp::call(net->blocks[1], torch::randn({2, 8}));
-                      },
-                      "outside the wrapped model's forward");
-                  ok &= fails_with([&] { ddp::FullyShardedDataParallel<TinyNetImpl> again(net, units_of(*net), pg); },
-                                   "already has an interceptor");
-                  // A unit called as block->forward(x) reads ungathered parameters: named, with the fix.
-                  {
-                    auto plain = std::make_shared<PlainCallImpl>();
-                    ddp::FullyShardedDataParallel<PlainCallImpl> m(plain, {plain->a.ptr(), plain->b.ptr()}, pg);
-                    ok &= fails_with([&] { m(torch::randn({2, 4})); }, "not called through ddp::call in this forward: b");
-                  }
-                  // Still trains after the refusals.
-                  auto out = model(torch::randn({2, 5}));
-                  out.sum().backward();
-                  ok &= model.engine()->gathered_bytes() == 0;
-                  // Computing in bfloat16, reducing in float32: near the float32 run, shards float32.
-                  ddp::FullyShardedOptions o;
-                  o.param_dtype = torch::kBFloat16;
-                  o.reduce_dtype = torch::kFloat32;
-                  const auto bf16 = train_fsdp(pg, Variant{"bf16"}, 2, o);
-                  const double diff = max_difference(bf16, reference(2, 1));
-                  std::printf("bf16 compute vs float32: max difference %.3g (bound 3e-2)\n", diff);
-                  ok &= diff <= 3e-2 && diff > 0 && bf16.front().second.scalar_type() == torch::kFloat32;
-                  // no_sync sums the bfloat16 gradients in the reduce dtype (float32: 4 bytes an element).
-                  {
-                    auto n2 = make_net();
-                    ddp::FullyShardedDataParallel<TinyNetImpl> m2(n2, units_of(*n2), pg, o);
-                    auto ns = m2.no_sync();
-                    torch::nn::functional::cross_entropy(m2(batch(0).first), batch(0).second).backward();
-                    int64_t padded = 0;
-                    for (const auto& u : m2.engine()->units()) padded += u.padded_numel;
-                    std::printf("no_sync in bf16: %lld bytes of summed gradients for %lld elements\n",
-                                static_cast<long long>(m2.engine()->full_gradient_bytes()),
-                                static_cast<long long>(padded));
-                    ok &= m2.engine()->full_gradient_bytes() == padded * 4;
-                  }
-                  // Checkpointing under autocast: the recompute runs under the forward's autocast, so the
-                  // gradients (and the trained weights) equal the run without checkpointing.
-                  // (Backward outside autocast, as PyTorch recommends: there the state is off.)
-                  ddp::TensorDict amp[2];
-                  for (int checkpoint = 0; checkpoint < 2; ++checkpoint) {
-                    auto n3 = make_net();
-                    ddp::FullyShardedOptions co;
-                    co.checkpoint_activations = checkpoint == 1;
-                    ddp::FullyShardedDataParallel<TinyNetImpl> m3(n3, units_of(*n3), pg, co);
-                    ddp::ShardedAdamW adam(m3, kAdam);
-                    for (int step = 0; step < 2; ++step) {
-                      adam.zero_grad();
-                      auto [x, y] = batch(step);
-                      torch::Tensor loss;
-                      {
-                        ddp::Autocast autocast({.device_type = torch::kCPU, .dtype = torch::kBFloat16});
-                        loss = torch::nn::functional::cross_entropy(m3(x), y);
-                      }
-                      loss.backward();
-                      adam.step();
-                    }
-                    amp[checkpoint] = m3.full_state_dict();
-                  }
-                  const double amp_diff = max_difference(amp[0], amp[1]);
-                  std::printf("autocast bf16, checkpointing vs without: max difference %.3g\n", amp_diff);
-                  ok &= amp_diff <= 1e-6;
-                  return ok ? 0 : 1;
-                }),
-            0);
+  EXPECT_EQ(
+      ddp_test::run_ranks(
+          1,
+          [](int, auto pg) {
+            bool ok = true;
+            auto tied = std::make_shared<TiedImpl>();
+            ok &= fails_with(
+                [&] {
+                  ddp::FullyShardedDataParallel<TiedImpl> m(tied, {tied->a.ptr(), tied->b.ptr()}, pg);
+                },
+                "is in two units");
+            auto net = make_net();
+            auto stranger = Block(8, 2);
+            ok &= fails_with([&] { ddp::FullyShardedDataParallel<TinyNetImpl> m(net, {stranger.ptr()}, pg); },
+                             "is not a submodule");
+            ok &= fails_with(
+                [&] {
+                  ddp::FullyShardedDataParallel<TinyNetImpl> m(net, {net->blocks[0].ptr(), net->blocks[0]->fc1.ptr()},
+                                                               pg);
+                },
+                "lies inside the unit");
+            ddp::FullyShardedDataParallel<TinyNetImpl> model(net, units_of(*net), pg);
+            ok &= fails_with(
+                [&] {
+                  ddp::call(net->blocks[1], torch::randn({2, 8}));
+                },
+                "outside the wrapped model's forward");
+            ok &= fails_with([&] { ddp::FullyShardedDataParallel<TinyNetImpl> again(net, units_of(*net), pg); },
+                             "already has an interceptor");
+            // A unit called as block->forward(x) reads ungathered parameters: named, with the fix.
+            {
+              auto plain = std::make_shared<PlainCallImpl>();
+              ddp::FullyShardedDataParallel<PlainCallImpl> m(plain, {plain->a.ptr(), plain->b.ptr()}, pg);
+              ok &= fails_with([&] { m(torch::randn({2, 4})); }, "not called through ddp::call in this forward: b");
+            }
+            // Still trains after the refusals.
+            auto out = model(torch::randn({2, 5}));
+            out.sum().backward();
+            ok &= model.engine()->gathered_bytes() == 0;
+            // Computing in bfloat16, reducing in float32: near the float32 run, shards float32.
+            ddp::FullyShardedOptions o;
+            o.param_dtype = torch::kBFloat16;
+            o.reduce_dtype = torch::kFloat32;
+            const auto bf16 = train_fsdp(pg, Variant{"bf16"}, 2, o);
+            const double diff = max_difference(bf16, reference(2, 1));
+            std::printf("bf16 compute vs float32: max difference %.3g (bound 3e-2)\n", diff);
+            ok &= diff <= 3e-2 && diff > 0 && bf16.front().second.scalar_type() == torch::kFloat32;
+            // no_sync sums the bfloat16 gradients in the reduce dtype (float32: 4 bytes an element).
+            {
+              auto n2 = make_net();
+              ddp::FullyShardedDataParallel<TinyNetImpl> m2(n2, units_of(*n2), pg, o);
+              auto ns = m2.no_sync();
+              torch::nn::functional::cross_entropy(m2(batch(0).first), batch(0).second).backward();
+              int64_t padded = 0;
+              for (const auto& u : m2.engine()->units()) padded += u.padded_numel;
+              std::printf("no_sync in bf16: %lld bytes of summed gradients for %lld elements\n",
+                          static_cast<long long>(m2.engine()->full_gradient_bytes()), static_cast<long long>(padded));
+              ok &= m2.engine()->full_gradient_bytes() == padded * 4;
+            }
+            // Checkpointing under autocast: the recompute runs under the forward's autocast, so the
+            // gradients (and the trained weights) equal the run without checkpointing.
+            // (Backward outside autocast, as PyTorch recommends: there the state is off.)
+            ddp::TensorDict amp[2];
+            for (int checkpoint = 0; checkpoint < 2; ++checkpoint) {
+              auto n3 = make_net();
+              ddp::FullyShardedOptions co;
+              co.checkpoint_activations = checkpoint == 1;
+              ddp::FullyShardedDataParallel<TinyNetImpl> m3(n3, units_of(*n3), pg, co);
+              ddp::ShardedAdamW adam(m3, kAdam);
+              for (int step = 0; step < 2; ++step) {
+                adam.zero_grad();
+                auto [x, y] = batch(step);
+                torch::Tensor loss;
+                {
+                  ddp::Autocast autocast({.device_type = torch::kCPU, .dtype = torch::kBFloat16});
+                  loss = torch::nn::functional::cross_entropy(m3(x), y);
+                }
+                loss.backward();
+                adam.step();
+              }
+              amp[checkpoint] = m3.full_state_dict();
+            }
+            const double amp_diff = max_difference(amp[0], amp[1]);
+            std::printf("autocast bf16, checkpointing vs without: max difference %.3g\n", amp_diff);
+            ok &= amp_diff <= 1e-6;
+            return ok ? 0 : 1;
+          }),
+      0);
 }
 
 // ddp::call without an interceptor is the module's forward (holder, shared_ptr, the module itself).

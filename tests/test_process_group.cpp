@@ -54,7 +54,8 @@ TEST(ProcessGroup, RefusesATensorOffItsDevice) {
       ADD_FAILURE() << "no error for a tensor on the meta device";
     } catch (const ddp::Error& e) {
       const std::string what = e.what();
-      EXPECT_NE(what.find(call == 0 ? "the vote of a test: a tensor on meta" : "the broadcast of a test"), std::string::npos)
+      EXPECT_NE(what.find(call == 0 ? "the vote of a test: a tensor on meta" : "the broadcast of a test"),
+                std::string::npos)
           << what;
       EXPECT_NE(what.find("pg.device()"), std::string::npos) << what;
     }

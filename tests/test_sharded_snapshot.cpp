@@ -109,13 +109,10 @@ double moment_difference(ddp::ShardedAdamW& optimizer, NetImpl& reference_net, t
       for (size_t s = 0; s < buckets[k].params.size(); ++s) {
         const auto& p = params[buckets[k].params[s]];
         auto& st = static_cast<torch::optim::AdamWParamState&>(*reference.state().at(p.unsafeGetTensorImpl()));
-        flat.narrow(0, buckets[k].offsets[s], p.numel())
-            .copy_((second ? st.exp_avg_sq() : st.exp_avg()).reshape({-1}));
+        flat.narrow(0, buckets[k].offsets[s], p.numel()).copy_((second ? st.exp_avg_sq() : st.exp_avg()).reshape({-1}));
       }
       const auto mine = second ? optimizer.exp_avg_sq_shards()[k] : optimizer.exp_avg_shards()[k];
-      worst = std::max(
-          worst,
-          (mine - flat.narrow(0, rank * mine.numel(), mine.numel())).abs().max().item<double>());
+      worst = std::max(worst, (mine - flat.narrow(0, rank * mine.numel(), mine.numel())).abs().max().item<double>());
     }
   }
   return worst;

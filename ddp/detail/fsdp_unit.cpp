@@ -77,7 +77,8 @@ void FsdpUnit::accumulate_gradients(const FsdpDtypes& dtypes) {
   for (size_t i = 0; i < params.size(); ++i) {
     auto& g = params[i].mutable_grad();
     if (!g.defined()) continue;
-    if (!accumulated_.defined()) accumulated_ = torch::zeros({layout.padded_numel}, full.options().dtype(dtypes.reduce));
+    if (!accumulated_.defined())
+      accumulated_ = torch::zeros({layout.padded_numel}, full.options().dtype(dtypes.reduce));
     accumulated_.narrow(0, plan.offsets[i], params[i].numel()).add_(g.reshape(-1));
     g.reset();
   }
@@ -87,8 +88,8 @@ void FsdpUnit::accumulate_gradients(const FsdpDtypes& dtypes) {
 void FsdpUnit::start_reduce(ProcessGroup& pg, const FsdpDtypes& dtypes) {
   torch::NoGradGuard no_grad;
   const bool summed = accumulated_.defined();  // no_sync passes before this one
-  reduce_input_ = summed ? std::move(accumulated_)
-                         : torch::zeros({layout.padded_numel}, full.options().dtype(dtypes.reduce));
+  reduce_input_ =
+      summed ? std::move(accumulated_) : torch::zeros({layout.padded_numel}, full.options().dtype(dtypes.reduce));
   accumulated_ = torch::Tensor();
   for (size_t i = 0; i < params.size(); ++i) {
     auto& g = params[i].mutable_grad();

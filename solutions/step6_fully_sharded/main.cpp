@@ -14,7 +14,7 @@
 #include "ddp/hostlist.h"         // defines: expand_hostlist (Slurm's node lists)
 #include "ddp/stop_agreement.h"   // defines: StopAgreement (all ranks stop at one step on SIGTERM/SIGUSR1)
 // TODO(step6): FSDP's model wrapper instead of ZeRO's (start at ddp/fully_sharded.h); the optimizer and snapshots stay.
-#include "course/from_options.h"  // defines: adam_options
+#include "course/from_options.h"   // defines: adam_options
 #include "course/fully_sharded.h"  // defines: FullyShardedModel, fsdp_options, ShardedView
 #include "course/zero_settings.h"  // defines: learning_rate_at (DeepSpeed's WarmupLR)
 
