@@ -8,7 +8,9 @@
 #       DDPW_LOADED_NCCL_VERSION, DDPW_TORCH_CUDART_VERSION ("" where the probe could not tell)
 #   ddpw_nccl_header_version(<include dir> <out>)    NCCL_MAJOR.NCCL_MINOR.NCCL_PATCH of its nccl.h
 #   ddpw_check_cuda_stack(TORCH_NCCL v HEADER_NCCL v HEADER_DIR d LOADED_NCCL v TORCH_CUDA v TOOLKIT_CUDA v
-#                         TOOLKIT_DIR d)                    stops the configure on a mismatch
+#                         TOOLKIT_DIR d)                    stops the configure on a mismatch; with
+#       DDPW_OTHER_CUDA_TOOLKIT on, accepts another CUDA major for a CPU-only build and sets
+#       DDPW_CUDA_TOOLKIT_MISMATCH to what differs
 include_guard(GLOBAL)
 
 # Loads libtorch_cuda in a small program (cmake/probe_torch_cuda_stack.cpp): needs no GPU, ~2 s.
@@ -79,13 +81,24 @@ function(ddpw_check_cuda_stack)
   endif()
   string(REGEX MATCH "^[0-9]+" torch_cuda "${arg_TORCH_CUDA}")
   string(REGEX MATCH "^[0-9]+" toolkit_cuda "${arg_TOOLKIT_CUDA}")
-  if(torch_cuda AND toolkit_cuda AND NOT torch_cuda EQUAL toolkit_cuda)
+  set(DDPW_CUDA_TOOLKIT_MISMATCH "" PARENT_SCOPE)
+  if(torch_cuda AND toolkit_cuda AND NOT torch_cuda EQUAL toolkit_cuda AND DDPW_OTHER_CUDA_TOOLKIT)
+    # Testing a torch release on a machine without its toolkit (no GPU): everything compiles against
+    # this toolkit's headers, and the programs refuse every GPU (ddp/device.cpp).
+    set(DDPW_CUDA_TOOLKIT_MISMATCH "the CUDA toolkit ${arg_TOOLKIT_CUDA} beside LibTorch's CUDA ${arg_TORCH_CUDA}"
+        PARENT_SCOPE)
+    message(WARNING
+      "two CUDAs, accepted (DDPW_OTHER_CUDA_TOOLKIT=ON): the CUDA toolkit in ${arg_TOOLKIT_DIR} is "
+      "${arg_TOOLKIT_CUDA}, LibTorch's is ${arg_TORCH_CUDA}. This is a CPU-only build: its programs refuse "
+      "--device cuda. For GPUs, configure a fresh build folder with a CUDA ${torch_cuda} toolkit.")
+  elseif(torch_cuda AND toolkit_cuda AND NOT torch_cuda EQUAL toolkit_cuda)
     message(FATAL_ERROR
       "two CUDAs: the CUDA toolkit in ${arg_TOOLKIT_DIR} is ${arg_TOOLKIT_CUDA}, but LibTorch uses CUDA "
       "${arg_TORCH_CUDA}. The programs would load both CUDA runtimes into one process.\n"
       "Fix: module unload cuda and module load the cuda module of version ${torch_cuda}.x (nvcc of CUDA "
       "${torch_cuda} first on PATH, or -DCUDAToolkit_ROOT=), or use a LibTorch built for CUDA "
       "${toolkit_cuda} (e.g. the site's pytorch module that matches its cuda module). Then configure a "
-      "fresh build folder.")
+      "fresh build folder. (To test this LibTorch on the CPU only, on a machine without its toolkit: "
+      "-DDDPW_OTHER_CUDA_TOOLKIT=ON, or that variable in the environment.)")
   endif()
 endfunction()

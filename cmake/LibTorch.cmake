@@ -215,6 +215,10 @@ if(DDPW_TORCH_CUDA)
                         "built. Set NCCL_HOME (or module load nccl), or pip install nvidia-nccl-cu13.")
   endif()
   # One CUDA stack per process: nccl.h and the toolkit must be LibTorch's versions.
+  if(NOT DEFINED DDPW_OTHER_CUDA_TOOLKIT AND DEFINED ENV{DDPW_OTHER_CUDA_TOOLKIT})
+    set(DDPW_OTHER_CUDA_TOOLKIT "$ENV{DDPW_OTHER_CUDA_TOOLKIT}")  # the build tests' fresh trees too
+  endif()
+  option(DDPW_OTHER_CUDA_TOOLKIT "accept a CUDA toolkit of another major version than LibTorch's: a CPU-only build" OFF)
   include(CudaStack)
   find_library(DDPW_TORCH_CUDA_LIBRARY torch_cuda PATHS "${TORCH_INSTALL_PREFIX}/lib" NO_DEFAULT_PATH)
   ddpw_probe_torch_cuda_stack("${DDPW_TORCH_CUDA_LIBRARY}")

@@ -44,7 +44,8 @@ int run_main(const std::function<int()>& body, const std::string& prefix) {
   } catch (const UnsupportedCudaError& e) {
     // The library names the torch build; the course says how its set-up installs it.
     const std::string here = e.build().empty() ? std::string()
-                                               : "; here: DDPW_TORCH_CUDA=" + e.build() +
+                                               : "; here: DDPW_TORCH=" + std::string(kAdvisedTorchRelease) +
+                                                     " DDPW_TORCH_CUDA=" + e.build() +
                                                      " scripts/setup.sh (or the site's recipe in "
                                                      "clusters/<site>/README.md), then a fresh build folder";
     std::fprintf(stderr, "%serror: %s (fix: %s%s)\n", who().c_str(), e.message().c_str(), e.hint().c_str(),

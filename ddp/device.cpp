@@ -22,6 +22,13 @@ int visible_gpus() { return torch::cuda::is_available() ? static_cast<int>(torch
 torch::Device choose_device(const std::string& requested, int local_rank) {
   if (requested == "cpu" || (requested == "auto" && visible_gpus() == 0)) return torch::Device(torch::kCPU);
 
+#ifdef DDPW_CPU_ONLY_BECAUSE
+  DDP_CHECK(false,
+            setting_value(Setting::kDevice, requested) + " asks for a GPU, but this build of the library is CPU-only: "
+            "it was configured with DDPW_OTHER_CUDA_TOOLKIT, " DDPW_CPU_ONLY_BECAUSE,
+            "use " + setting_value(Setting::kDevice, "cpu") +
+                ", or configure a fresh build folder with the CUDA toolkit of LibTorch's CUDA major version");
+#endif
   const int gpus = visible_gpus();
   if (gpus == 0) check_cuda_support(-1);  // a driver too old for LibTorch's CUDA hides every GPU: say so
   DDP_CHECK(gpus > 0,

@@ -17,7 +17,8 @@
 #
 #   DDPW_HOME      where the torch wheel is cached (default ~/.cache/ddp-workshop), outside the
 #                  clone, so a fresh clone (CI) does not download gigabytes again
-#   DDPW_TORCH     the torch version to install (default 2.11.0: CUDA 13.0, like nvcc here)
+#   DDPW_TORCH     the torch version to install (default 2.15.0, the newest the tests passed with:
+#                  its wheel is CUDA 13.2; a CUDA 13 toolkit builds with it, see docs/building.md)
 #                  (2.10.0 to 2.15.0 build: cmake/LibTorch.cmake; scripts/test --torch VERSION tests one)
 #   DDPW_TORCH_CUDA       the CUDA build of torch: cu126 (V100 and older need it), cu128, cu130, cu132
 #                         (default: the default index's wheel: cu128 for 2.10, cu130 for 2.11 to 2.14,
@@ -41,7 +42,7 @@ case ${1:-} in
   *) say "unknown argument '$1' (use --first, --rest, --shared DIR, or nothing for everything)"; exit 2 ;;
 esac
 DDPW_HOME=${DDPW_HOME:-$HOME/.cache/ddp-workshop}
-DDPW_TORCH=${DDPW_TORCH:-2.11.0}
+DDPW_TORCH=${DDPW_TORCH:-2.15.0}
 VENV=$DDPW_HOME/venv
 SHARED_MARK=ddpw-shared-install.txt  # in DIR: made by --shared; learners' set-ups install nothing there
 SHARED_PYTHON=${DDPW_SHARED_PYTHON:-/usr/bin/python3}

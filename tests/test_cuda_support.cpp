@@ -87,7 +87,7 @@ TEST(CudaSupport, V100WithTheDefaultBuildHasNoKernelsAndIsToldCu126) {
                        "built for sm_75 sm_80 sm_86 sm_90 sm_100 sm_120"))
       << v.what;
   EXPECT_TRUE(contains(v.what, "no kernel image is available for execution on the device")) << v.what;
-  EXPECT_TRUE(contains(v.hint, "install the cu126 build of torch 2.11, which has kernels for sm_70")) << v.hint;
+  EXPECT_TRUE(contains(v.hint, "install the cu126 build of torch 2.11.0, which has kernels for sm_70")) << v.hint;
   EXPECT_EQ(v.build, "cu126");
   // The library speaks of torch's builds only, not of a set-up script (the course adds that).
   EXPECT_FALSE(contains(v.hint, "setup.sh")) << v.hint;
@@ -113,7 +113,7 @@ TEST(CudaSupport, DriverOfAnOlderCudaMajorIsTooOldAndNamesABuildItRuns) {
                        "built for CUDA 13.0, which needs driver release 580 or newer"))
       << v.what;
   EXPECT_TRUE(contains(v.what, "nvidia-smi")) << v.what;
-  EXPECT_TRUE(contains(v.hint, "install the cu128 build of torch 2.11, which this driver runs")) << v.hint;
+  EXPECT_TRUE(contains(v.hint, "install the cu128 build of torch 2.11.0, which this driver runs")) << v.hint;
   EXPECT_EQ(v.build, "cu128");
 }
 
@@ -181,14 +181,14 @@ TEST(CudaSupport, AGpuNoBuildServesSaysSo) {
   in.machine = "aarch64";
   const auto v = ddp::judge_cuda_support(in);
   ASSERT_EQ(v.verdict, CudaSupport::kNoKernels);
-  EXPECT_TRUE(contains(v.hint, "no build of torch 2.11 for Linux aarch64 has kernels for sm_70")) << v.hint;
+  EXPECT_TRUE(contains(v.hint, "no build of torch 2.11.0 for Linux aarch64 has kernels for sm_70")) << v.hint;
   EXPECT_TRUE(contains(v.hint, ddp::setting_value(ddp::Setting::kDevice, "cpu"))) << v.hint;
 }
 
 TEST(CudaSupport, ABuildWithKernelsThatThisDriverCannotRunAsksForANewerDriver) {
   const auto v = ddp::judge_cuda_support(gpu(70, "Tesla V100", {"sm_80"}, 11080, 11080, "1.x"));
   ASSERT_EQ(v.verdict, CudaSupport::kNoKernels);
-  EXPECT_TRUE(contains(v.hint, "the cu126 build of torch 2.11 has kernels for sm_70 but this driver (CUDA 11.8)"))
+  EXPECT_TRUE(contains(v.hint, "the cu126 build of torch 2.11.0 has kernels for sm_70 but this driver (CUDA 11.8)"))
       << v.hint;
   EXPECT_TRUE(contains(v.hint, "ask the site for a newer driver")) << v.hint;
 }

@@ -104,9 +104,9 @@ std::string torch_text(const CudaSupportInput& in) {
   return "this LibTorch" + (in.torch_version.empty() ? std::string() : " (" + in.torch_version + ")");
 }
 
-// "install the cu126 build of torch 2.11, which <reason>, and build against its LibTorch ..."
+// "install the cu126 build of torch 2.11.0, which <reason>, and build against its LibTorch ..."
 std::string install_hint(const std::string& build, const std::string& reason) {
-  return "install the " + build + " build of torch 2.11, which " + reason +
+  return "install the " + build + " build of torch " + std::string(kAdvisedTorchRelease) + ", which " + reason +
          ", and build against its LibTorch in a fresh build folder";
 }
 
@@ -244,11 +244,11 @@ CudaSupportVerdict judge_cuda_support(const CudaSupportInput& in) {
   } else if (!suggest_torch_build(in.capability, 0, in.machine).empty()) {
     const std::string any = suggest_torch_build(in.capability, 0, in.machine);
     v.build = any;
-    v.hint = "the " + any + " build of torch 2.11 has kernels for " + sm_name(in.capability) +
+    v.hint = "the " + any + " build of torch " + std::string(kAdvisedTorchRelease) + " has kernels for " + sm_name(in.capability) +
              " but this driver (CUDA " + cuda_version_text(in.driver_cuda) +
              ") cannot run it: ask the site for a newer driver, then " + install_hint(any, "fits both");
   } else {
-    v.hint = "no build of torch 2.11 for Linux " + in.machine + " has kernels for " + sm_name(in.capability) +
+    v.hint = "no build of torch " + std::string(kAdvisedTorchRelease) + " for Linux " + in.machine + " has kernels for " + sm_name(in.capability) +
              ": run on GPUs of another kind, or on the CPU (" + setting_value(Setting::kDevice, "cpu") + ")";
   }
   v.summary = "FAILED: " + v.what;

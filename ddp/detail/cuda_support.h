@@ -30,6 +30,10 @@ enum class CudaSupport {
   kUnknown,       // not enough known to tell (no GPU seen and no driver version, or no arch list)
 };
 
+// The torch release whose Linux builds the advice names (its support matrix is in cuda_support.cpp);
+// in the supported window, whichever LibTorch the program runs.
+inline constexpr const char* kAdvisedTorchRelease = "2.11.0";
+
 struct CudaSupportVerdict {
   CudaSupport verdict = CudaSupport::kUnknown;
   std::string summary;     // one line for a report: the GPU's arch, the kernels that serve it, the driver

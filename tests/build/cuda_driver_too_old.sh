@@ -40,7 +40,7 @@ export LD_LIBRARY_PATH=$tmp/driver${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 unset CUDA_VISIBLE_DEVICES   # all (none) of the node's GPUs: the driver decides
 
 want_what='the NVIDIA driver supports CUDA up to 12.4, but this LibTorch \([0-9.]+\+cu13[0-9]\) is built for CUDA 13\.[0-9], which needs driver release 580 or newer \(nvidia-smi shows the driver.s CUDA version\)'
-want_fix='fix: install the cu128 build of torch 2.11, which this driver runs, and build against its LibTorch in a fresh build folder; or ask the site for a newer driver; here: DDPW_TORCH_CUDA=cu128 scripts/setup.sh'
+want_fix='fix: install the cu128 build of torch 2.11.0, which this driver runs, and build against its LibTorch in a fresh build folder; or ask the site for a newer driver; here: DDPW_TORCH=2.11.0 DDPW_TORCH_CUDA=cu128 scripts/setup.sh'
 for program in step0_single_gpu hello; do
   rc=0
   args=(--device cuda); [ "$program" = step0_single_gpu ] && args=(1 1 --device cuda)

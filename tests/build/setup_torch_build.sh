@@ -60,7 +60,7 @@ chown -R nobody "$tmp/home"
 setup() {
   RC=0
   OUT=$(cd "$tmp" && runuser -u nobody -- env -i HOME="$tmp/home" PATH=/usr/bin:/bin DDPW_HOME="$tmp/home/ddpw" \
-        PIP_INDEX_URL="file://$tmp/index-default" PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 "$@" \
+        DDPW_TORCH=2.11.0 PIP_INDEX_URL="file://$tmp/index-default" PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 "$@" \
         bash scripts/setup.sh 2>&1) || RC=$?
 }
 expect() {  # expect RC TEXT...: the exit code, and each text in the output

@@ -112,7 +112,8 @@ git -C "$ROOT" ls-files -z --cached --others --exclude-standard | grep -zv '^sol
   tar -C "$ROOT" --null -T - -cf - | tar -C "$handout" -xf -
 chmod -R a+rX "$handout"
 rc=0; as "$a" DDPW_HOME="$shared" cmake -S "$handout" -B "$tmp/home/$a/build" -G Ninja >"$tmp/configure-a.log" 2>&1 || rc=$?
-expect "$tmp/configure-a.log" 0 "$rc" "LibTorch      2.11" "(the set-up's torch in $shared/venv;"
+shared_torch=$("$shared/venv/bin/python3" -c 'import torch; print(torch.__version__.split("+")[0])')
+expect "$tmp/configure-a.log" 0 "$rc" "LibTorch      $shared_torch" "(the set-up's torch in $shared/venv;"
 torch_dir=$(sed -n 's/^Torch_DIR:[A-Z]*=//p' "$tmp/home/$a/build/CMakeCache.txt")
 case $torch_dir in "$shared"/*) ;; *) fail "learner a's build takes LibTorch from $torch_dir, not the shared install" ;; esac
 
