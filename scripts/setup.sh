@@ -263,7 +263,7 @@ setup_torch() {
       # e.g. torch 2.10's default wheel (CUDA 12.8) beside a CUDA 13 nvcc: cmake/CudaStack.cmake refuses it.
       say "note: nvcc on PATH is CUDA $nvcc_major, the wheel's CUDA is $toolkit: the configure will stop (two CUDAs)."
       say "      Fix: a CUDA $toolkit toolkit first on PATH (or its module), or torch $DDPW_TORCH's build for CUDA $nvcc_major"
-      say "      (DDPW_TORCH_CUDA with DDPW_TORCH_INDEX_URL)"
+      say "      (DDPW_TORCH_CUDA with DDPW_TORCH_INDEX_URL); without a GPU, a CPU-only build: export DDPW_OTHER_CUDA_TOOLKIT=ON"
     fi
     if [ -n "$cached" ] && [ -n "$DDPW_TORCH_CUDA" ] && [[ $cached != *"+$DDPW_TORCH_CUDA" ]]; then
       # Another CUDA build in the venv: a fresh venv, not a second set of CUDA libraries beside the first.
