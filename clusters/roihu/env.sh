@@ -4,7 +4,8 @@
 #          "run" lines in every job too. Each role lists the names SOURCES.md gives a source for, in
 #          order of preference; the first one Roihu has is loaded. The GPU nodes are GH200 (aarch64):
 #          the build uses torch 2.11's aarch64 wheel as its LibTorch (README.md); CSC's
-#          python-pytorch module gives the jobs torchrun.
+#          python-pytorch module (torch 2.10, in the library's window, but an Apptainer container
+#          whose torch CMake files are not on the host: README.md) gives the jobs torchrun.
 # Every name and its source (page, date read), or the command that confirms it: SOURCES.md.
 DDPW_SITE_NAME=Roihu DDPW_ENV_FILE=clusters/roihu/env.sh
 # shellcheck source=clusters/modules.sh

@@ -4,7 +4,7 @@
 #          lists its names in order of preference; the first one SuperCloud has is loaded.
 # Every name and its source, or the command that confirms it: SOURCES.md. SuperCloud's DDP example
 # (teaching-examples batch.sh) loads anaconda/2023a, cuda/11.6 and nccl/2.11.4-cuda11.6: a torch of
-# 2023 with CUDA 11, below this course's torch 2.11, whose CUDA 12 and own NCCL those modules would
+# 2023 with CUDA 11, below the library's 2.10 to 2.15, whose CUDA (12, 13) and own NCCL those modules would
 # clash with (the configure stops on two CUDAs or two NCCLs). So: a torch 2.11 venv (cu126:
 # SuperCloud's V100s), a CUDA 12 toolkit for the build, no NCCL module.
 DDPW_SITE_NAME=SuperCloud DDPW_ENV_FILE=clusters/supercloud/env.sh

@@ -1,7 +1,7 @@
 # defines: module — a stand-in for the sites' `module` command (Lmod/Environment Modules) for the
-#          learners of test-workshop.sh, sourced and exported, so that the sites' real
+#          learners of test-workshop.sh and for test-site-check-libtorch.sh, sourced and exported, so that the sites' real
 #          clusters/<site>/env.sh run unchanged (test-modules.sh uses Debian's real Lmod):
-#            module purge            does nothing (and `conda activate ...` neither)
+#            module purge, reset     do nothing (and `conda activate ...` neither)
 #            module is-avail NAME    fails for a NAME listed in DDPW_FAKE_MODULES_MISSING, as Lmod's
 #            module load NAME...     fails as Lmod does for a NAME listed in DDPW_FAKE_MODULES_MISSING;
 #                                    pytorch*/anaconda*/python* put the test's torch (DDPW_TEST_TORCH_BIN) on
@@ -11,7 +11,7 @@ module() {
   local command=${1:-} name
   shift || true
   case $command in
-    purge) return 0 ;;
+    purge|reset) return 0 ;;
     is-avail)
       case " ${DDPW_FAKE_MODULES_MISSING:-} " in *" ${1:-} "*) return 1 ;; esac
       return 0 ;;
