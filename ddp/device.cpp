@@ -24,8 +24,9 @@ torch::Device choose_device(const std::string& requested, int local_rank) {
 
 #ifdef DDPW_CPU_ONLY_BECAUSE
   DDP_CHECK(false,
-            setting_value(Setting::kDevice, requested) + " asks for a GPU, but this build of the library is CPU-only: "
-            "it was configured with DDPW_OTHER_CUDA_TOOLKIT, " DDPW_CPU_ONLY_BECAUSE,
+            setting_value(Setting::kDevice, requested) +
+                " asks for a GPU, but this build of the library is CPU-only: "
+                "it was configured with DDPW_OTHER_CUDA_TOOLKIT, " DDPW_CPU_ONLY_BECAUSE,
             "use " + setting_value(Setting::kDevice, "cpu") +
                 ", or configure a fresh build folder with the CUDA toolkit of LibTorch's CUDA major version");
 #endif

@@ -189,8 +189,15 @@ void FullyShardedEngine::shard_units(Plan& plan) {
     s.layout.numel = s.plan.numel;
     s.layout.padded_numel = padded_numel(std::max<int64_t>(s.layout.numel, 1), n);
     s.layout.shard_numel = s.layout.padded_numel / n;
-
-    auto flat = torch::zeros({s.layout.padded_numel}, torch::TensorOptions().dtype(param_dtype_).device(device_));
+  }
+  // One staging buffer, the largest unit's, serves every unit in turn: a backend may keep a reference
+  // to a collective's tensor for a while after the wait (Gloo's worker thread does), so a buffer of
+  // its own per unit could leave two units' worth alive at once.
+  int64_t largest = 0;
+  for (const auto& s : units_) largest = std::max(largest, s.layout.padded_numel);
+  auto staging = torch::empty({largest}, torch::TensorOptions().dtype(param_dtype_).device(device_));
+  for (auto& s : units_) {
+    auto flat = staging.narrow(0, 0, s.layout.padded_numel).zero_();
     for (size_t i = 0; i < s.params.size(); ++i)
       flat.narrow(0, s.plan.offsets[i], s.params[i].numel()).copy_(s.params[i].reshape(-1));
     if (broadcast) {
@@ -199,12 +206,12 @@ void FullyShardedEngine::shard_units(Plan& plan) {
     }
     s.shard = flat.narrow(0, pg_->rank() * s.layout.shard_numel, s.layout.shard_numel).to(torch::kFloat32).clone();
     s.shard.set_requires_grad(true);
-    flat = torch::Tensor();
     s.make_buffer(device_, dtypes_);  // the model's own memory for the unit's parameters goes here
     s.anchor = torch::empty({0}, torch::TensorOptions().device(device_)).requires_grad_(true);
     shards_.push_back(s.shard);
     layouts_.push_back(s.layout);
   }
+  staging = torch::Tensor();
   // Buffers (a batch norm's statistics) are small: each whole on every rank's device, rank 0's.
   std::vector<torch::Tensor> buffers;
   for (auto& b : root_->buffers(true)) {

@@ -244,12 +244,13 @@ CudaSupportVerdict judge_cuda_support(const CudaSupportInput& in) {
   } else if (!suggest_torch_build(in.capability, 0, in.machine).empty()) {
     const std::string any = suggest_torch_build(in.capability, 0, in.machine);
     v.build = any;
-    v.hint = "the " + any + " build of torch " + std::string(kAdvisedTorchRelease) + " has kernels for " + sm_name(in.capability) +
-             " but this driver (CUDA " + cuda_version_text(in.driver_cuda) +
+    v.hint = "the " + any + " build of torch " + std::string(kAdvisedTorchRelease) + " has kernels for " +
+             sm_name(in.capability) + " but this driver (CUDA " + cuda_version_text(in.driver_cuda) +
              ") cannot run it: ask the site for a newer driver, then " + install_hint(any, "fits both");
   } else {
-    v.hint = "no build of torch " + std::string(kAdvisedTorchRelease) + " for Linux " + in.machine + " has kernels for " + sm_name(in.capability) +
-             ": run on GPUs of another kind, or on the CPU (" + setting_value(Setting::kDevice, "cpu") + ")";
+    v.hint = "no build of torch " + std::string(kAdvisedTorchRelease) + " for Linux " + in.machine +
+             " has kernels for " + sm_name(in.capability) + ": run on GPUs of another kind, or on the CPU (" +
+             setting_value(Setting::kDevice, "cpu") + ")";
   }
   v.summary = "FAILED: " + v.what;
   return v;

@@ -6,8 +6,9 @@
 # previous one, or the new one if its manifest made it), never from a mix; and a shard of another
 # save put beside the manifest is refused, naming the file.
 # Step 6 (FSDP, the tiny GPT, 2 ranks under torchrun), 2 steps an epoch and a save after each: the
-# run spends much of its time saving; the first kill lands at a random moment after a save, the second
-# waits for a shard newer than the manifest's (a save under way).
+# run spends much of its time saving; the first kill lands at a random moment after a save, the others
+# wait for a shard newer than the manifest's (a save under way). A save can end between the shard's
+# appearance and the kill (its window is milliseconds), so kills go on, up to 5, until one is mid-save.
 source "$(dirname "$0")/lib.sh"
 command -v torchrun >/dev/null || fail "torchrun not found"
 STEP6=$BIN/solutions/step6_fully_sharded
@@ -17,14 +18,16 @@ common=(--model gpt --device cpu --steps 2 --threads 1 --snapshot fsdp.json --re
 generation() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["generation"])' fsdp.json; }
 epochs_run() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["training"]["epochs_run"])' fsdp.json; }
 
-kills=2 torn=0
-for i in $(seq "$kills"); do
+kills=0 torn=0
+for i in 1 2 3 4 5; do
+  [ "$i" -le 2 ] || [ "$torn" -eq 0 ] || break
+  kills=$i
   "${launch[@]}" 100000 1 "${common[@]}" >"train$i.log" 2>&1 &
   agent=$!; STARTED_PIDS+=("$agent")
   wait_for_line "train$i.log" 'snapshot saved' 60
   victim=$(torchrun_worker "$agent" 1)
   [ -n "$victim" ] || fail "no worker with RANK=1"
-  if [ $((i % 2)) -eq 1 ]; then
+  if [ "$i" -eq 1 ]; then
     sleep "0.$((RANDOM % 300))"
   else  # until a shard of the next generation exists (its save is under way), busy: a save is short
     next=$(( $(generation) + 1 )) end=$((SECONDS + 20))
