@@ -33,7 +33,12 @@ int64_t bytes_of(const torch::Tensor& t) { return t.defined() ? static_cast<int6
 
 void FsdpUnit::make_buffer(const torch::Device& device, const FsdpDtypes& dtypes) {
   torch::NoGradGuard no_grad;
-  full = torch::empty({layout.padded_numel}, torch::TensorOptions().dtype(dtypes.compute).device(device));
+  // The parameters become views of `full`, whose memory exists only while the unit is gathered: its
+  // storage gets the unit's size without memory (a null data pointer) for the views to be made, and is
+  // emptied after. Nothing is allocated: the construction's peak stays one staging buffer and a shard.
+  full = torch::empty({0}, torch::TensorOptions().dtype(dtypes.compute).device(device));
+  full.storage().unsafeGetStorageImpl()->set_nbytes(static_cast<size_t>(layout.padded_numel) * full.element_size());
+  full.set_(full.storage(), 0, {layout.padded_numel}, {1});
   for (size_t i = 0; i < params.size(); ++i)
     params[i].set_data(full.narrow(0, plan.offsets[i], params[i].numel()).view(layout.shapes[i]));
   free_storage(full);
