@@ -6,8 +6,9 @@
 # (FETCHCONTENT_SOURCE_DIR_CLI11: a copy of the headers as an unpacked release), the build is NCCL
 # only and says so, and the two sources that differ in such a build compile there: the course's
 # options (CLI11 from the fetched release) and the library's Gloo stand-in (what a CPU rank of an
-# NCCL-only build says is unit.no_gloo_backend_names_the_fix). The whole library is not compiled
-# here (the main build compiles it; in this tree it cost 5-8 minutes of the suite's CPU).
+# NCCL-only build then says: the unit test NoGlooBackend.ACpuRankStopsNamingTheFix). The whole
+# library is not compiled here: the main build compiles it, and in this tree it cost 4-8 minutes
+# of the suite's 2 cores.
 # LibTorch is the one this build uses, bind-mounted where the user can read it (as a module's).
 set -euo pipefail
 root=${DDPW_ROOT:?DDPW_ROOT must point at the project}
