@@ -14,6 +14,8 @@ fail() { echo "FAIL: $*"; exit 1; }
 command -v cc >/dev/null || skip "no C compiler for the stand-in driver"
 [ -x "$bin/step0_single_gpu" ] && [ -x "$bin/hello" ] || fail "build step0_single_gpu and hello first"
 readelf -d "$bin/step0_single_gpu" | grep -q 'libtorch_cuda' || skip "this build's LibTorch has no CUDA"
+! grep -q '^#define DDPW_CPU_ONLY_BECAUSE' "$bin/../include/ddp/config.h" 2>/dev/null ||
+  skip "a CPU-only build (DDPW_OTHER_CUDA_TOOLKIT): its programs refuse every GPU before the driver is asked"
 
 tmp=$(mktemp -d /tmp/ddpw-driver.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
