@@ -19,6 +19,7 @@ TEST(NoGlooBackend, ACpuRankStopsNamingTheFix) {
     EXPECT_NE(text.find("rank 1 needs the Gloo backend"), std::string::npos) << text;
     EXPECT_NE(text.find("apt-get install libgloo-dev"), std::string::npos) << text;
     EXPECT_NE(text.find("DDPW_GLOO_INCLUDE_DIR"), std::string::npos) << text;
-    EXPECT_NE(text.find("train on GPUs (device \"cuda\", NCCL)"), std::string::npos) << text;  // the library's name of the setting
+    EXPECT_NE(text.find("train on GPUs (device \"cuda\", NCCL)"), std::string::npos)
+        << text;  // the library's name of the setting
   }
 }

@@ -5,7 +5,10 @@
 # a mid-epoch snapshot, and the resumed run ends with the uninterrupted run's weights, bit for bit.
 source "$(dirname "$0")/lib.sh"
 port=$(free_port)
-args=(14 1 --batch-size 8 --threads 1 --master-port "$port" --rendezvous-timeout 30 --collective-timeout 10)
+# Batches of 4: ~256 steps an epoch, ~0.8 s, so that a stop, acted on at the next check (about every
+# 0.25 s: stop_agreement.h), lands inside the epoch it was sent in (with 8 it could reach the next
+# epoch's start when the machine was fast: "stopped at an epoch boundary").
+args=(14 1 --batch-size 4 --threads 1 --master-port "$port" --rendezvous-timeout 30 --collective-timeout 10)
 
 mkdir ref && (cd ref && run_logged out.log "$STEP1" "${args[@]}") || { cat ref/out.log; fail "uninterrupted run failed"; }
 expected=$(final_checksum ref/out.log)
