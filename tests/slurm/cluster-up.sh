@@ -168,7 +168,10 @@ JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/none
 SchedulerType=sched/backfill
-SchedulerParameters=batch_sched_delay=0
+# The schedulers look every 1-2 s (defaults: backfill 30 s, main 60 s): a requeued job may start
+# again cred_expire + 1 s after its requeue, and then waited for the backfill's next pass (21 s of
+# each requeue's ~27 s; slurm.requeue 100 -> 53 s, the Slurm tests 653 -> 534 s, 2026-12-02).
+SchedulerParameters=batch_sched_delay=0,bf_interval=1,sched_interval=2
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 # a node may declare more CPUs, memory and GPUs than the machine has (no "Low CPUs" drain)
