@@ -143,8 +143,12 @@ TEST(FullyShardedEquivalence, NoRankEverHoldsTheWholeModel) {
                   const int64_t before = host.current();
                   ddp::FullyShardedDataParallel model(net, units, pg);
                   ok &= report("wrapping (peak)", host.peak() - before, unit + unit / 2 + 64 * 1024);
-                  const int64_t after = host.current();
-                  ok &= report("after wrapping", after - before, -(model_bytes / 2) + 64 * 1024);
+                  // Gloo's worker thread drops its reference to the last broadcast's tensor (a view of the
+                  // staging buffer, one unit) a moment after the wait returns: measured once it has.
+                  const int64_t after_bound = -(model_bytes / 2) + 64 * 1024;
+                  for (int i = 0; i < 200 && host.current() - before > after_bound; ++i)
+                    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+                  ok &= report("after wrapping", host.current() - before, after_bound);
 
                   ddp::ShardedAdamW optimizer(model, kAdam);
                   auto x = torch::randn({6, 512}), y = torch::randint(0, 4, {6});
