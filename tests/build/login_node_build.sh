@@ -22,6 +22,8 @@ for tool in unshare runuser useradd userdel mount ip; do command -v "$tool" >/de
 [ -f /usr/include/CLI/CLI.hpp ] || skip "CLI11's headers are not installed here, nothing to hide (scripts/setup.sh installs them)"
 torch_prefix=$(cd "$torch_dir/../../.." && pwd)  # <prefix>/share/cmake/Torch
 [ -f "$torch_prefix/lib/libtorch_cuda.so" ] || skip "this build's LibTorch has no CUDA: without Gloo it would have no backend"
+! grep -q '^#define DDPW_CPU_ONLY_BECAUSE' "${DDPW_BUILD_DIR:?}/include/ddp/config.h" 2>/dev/null ||
+  skip "a CPU-only build (DDPW_OTHER_CUDA_TOOLKIT: LibTorch's CUDA is not the toolkit's): an NCCL-only build needs its CUDA"
 
 tmp=$(mktemp -d /tmp/ddpw-login.XXXXXX)
 user=ddpwlogin$$

@@ -28,6 +28,8 @@ venv=${torch_prefix%/lib/python*/site-packages/torch}
 [ "$venv" != "$torch_prefix" ] && [ -x "$venv/bin/python3" ] || skip "LibTorch is not a venv's torch ($torch_prefix): the sites' venvs cannot be stood in for"
 [ -x /usr/local/cuda/bin/nvcc ] || skip "no CUDA toolkit in /usr/local/cuda: a CUDA 13 toolkit module has nothing to load"
 [ -f "$torch_prefix/lib/libtorch_cuda.so" ] || skip "this LibTorch has no CUDA: no stack to check"
+! grep -q '^#define DDPW_CPU_ONLY_BECAUSE' "${DDPW_BUILD_DIR:?}/include/ddp/config.h" 2>/dev/null ||
+  skip "a CPU-only build (DDPW_OTHER_CUDA_TOOLKIT: LibTorch's CUDA is not the toolkit's): no stack to check"
 sites=(della delta hipergator puhti roihu supercloud)
 unset DDPW_TORCH_CUDA DDPW_MODULES   # each env.sh's own default first
 
